@@ -1,0 +1,35 @@
+# Set-up and the two commands of the README. Every target installs what it
+# needs when it is missing, so a fresh machine needs nothing else.
+
+CARGO ?= cargo
+DATA ?= data/demo
+
+.PHONY: demo test deps test-deps lint fmt
+
+## The main job: write and read a demo store in a local directory.
+demo: deps
+	$(CARGO) run --release -p lance-context-host --bin lance-context -- demo --data $(DATA)
+
+## The test suite (unit and integration tests).
+test: deps test-deps
+	$(CARGO) test --workspace
+
+## Build prerequisites: protoc (Lance's protobuf build), the pinned toolchain.
+deps:
+	@command -v protoc >/dev/null 2>&1 || { \
+		echo "installing protoc"; \
+		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null; }
+	@command -v rustup >/dev/null 2>&1 && rustup show active-toolchain >/dev/null 2>&1 || true
+
+## Test prerequisites: moto's S3-compatible server (object-store tests run it on 127.0.0.1).
+test-deps:
+	@python3 -c "import moto.server, flask" >/dev/null 2>&1 || { \
+		echo "installing moto[server]"; \
+		python3 -m pip install --quiet --disable-pip-version-check 'moto[server]>=5,<6'; }
+
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all

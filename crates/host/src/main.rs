@@ -1,0 +1,408 @@
+//! `lance-context`: the operator CLI.
+//!
+//! `demo` is the main job on the embedded default (a local directory store); the
+//! other commands read any store without claiming its writer.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use arrow_array::{
+    Array, Float32Array, Int32Array, LargeStringArray, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use clap::{Args, Parser, Subcommand};
+use lance_context_store::{ErrorKind, ScanRequest, SortKey, Store, StoreConfig, generate_id};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lance-context",
+    version,
+    about = "Storage host for AI-agent data on Lance"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write and read a demo store in a local directory, and report what it did.
+    Demo(DemoArgs),
+    /// Count rows (newest version per key).
+    Count {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// SQL predicate.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Print rows by key, as JSON lines.
+    Get {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Keys to look up.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Print rows as JSON lines.
+    Scan {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        filter: Option<String>,
+        /// Comma-separated columns.
+        #[arg(long, value_delimiter = ',')]
+        columns: Option<Vec<String>>,
+        /// `column` or `column:desc`; repeatable.
+        #[arg(long = "order-by")]
+        order_by: Vec<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        offset: Option<usize>,
+        /// Print the scan plan instead of rows.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Show the write-ahead tier: unmerged generations per shard.
+    Status {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+struct StoreArgs {
+    /// Dataset URI (local path or s3://…).
+    #[arg(long)]
+    uri: String,
+    /// Key column.
+    #[arg(long, default_value = "id")]
+    key: String,
+    /// Storage option `key=value`; repeatable.
+    #[arg(long = "storage-option", value_parser = parse_kv)]
+    storage_options: Vec<(String, String)>,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Directory of the demo store (created if absent).
+    #[arg(long, default_value = "data/demo")]
+    data: PathBuf,
+    /// Trajectories to write.
+    #[arg(long, default_value_t = 20)]
+    rollouts: usize,
+    /// Rows per trajectory (one add each).
+    #[arg(long, default_value_t = 50)]
+    steps: usize,
+    /// Concurrent writers for the group-commit part.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got '{s}'"))
+}
+
+impl StoreArgs {
+    fn config(&self) -> StoreConfig {
+        StoreConfig::new(&self.uri)
+            .with_key_column(&self.key)
+            .with_storage_options(
+                self.storage_options
+                    .iter()
+                    .cloned()
+                    .collect::<HashMap<_, _>>(),
+            )
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+/// Exit codes: 2 invalid input, 3 not found, 4 conflict/exists, 5 busy or
+/// unavailable, 1 anything else.
+fn exit_code(err: &anyhow::Error) -> u8 {
+    match err
+        .downcast_ref::<lance_context_store::Error>()
+        .map(|e| e.kind())
+    {
+        Some(ErrorKind::InvalidInput) => 2,
+        Some(ErrorKind::NotFound) => 3,
+        Some(ErrorKind::AlreadyExists | ErrorKind::Conflict) => 4,
+        Some(ErrorKind::Busy | ErrorKind::Unavailable) => 5,
+        _ => 1,
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Demo(args) => demo(args).await,
+        Command::Count { store, filter } => {
+            let store = Store::open_read_only(store.config()).await?;
+            println!("{}", store.count(filter.as_deref()).await?);
+            Ok(())
+        }
+        Command::Get { store, ids } => {
+            let store = Store::open_read_only(store.config()).await?;
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            print_json_lines(&store.get_many(&ids).await?)
+        }
+        Command::Scan {
+            store,
+            filter,
+            columns,
+            order_by,
+            limit,
+            offset,
+            explain,
+        } => {
+            let store = Store::open_read_only(store.config()).await?;
+            let request = ScanRequest {
+                filter,
+                projection: columns,
+                order_by: order_by
+                    .iter()
+                    .map(|s| parse_sort(s))
+                    .collect::<Result<_>>()?,
+                limit,
+                offset,
+            };
+            if explain {
+                println!("{}", store.explain(request).await?);
+                return Ok(());
+            }
+            print_json_lines(&store.scan(request).await?)
+        }
+        Command::Status { store } => {
+            let store = Store::open_read_only(store.config()).await?;
+            let status = store.wal_status().await?;
+            println!("rows: {}", store.count(None).await?);
+            for (shard, generations) in status.unmerged_generations {
+                println!("shard {shard}: {generations} unmerged generation(s)");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn parse_sort(s: &str) -> Result<SortKey> {
+    match s.split_once(':') {
+        None => Ok(SortKey::asc(s)),
+        Some((c, "asc")) => Ok(SortKey::asc(c)),
+        Some((c, "desc")) => Ok(SortKey::desc(c)),
+        Some((_, other)) => bail!("order-by direction must be asc or desc, got '{other}'"),
+    }
+}
+
+fn print_json_lines(batch: &RecordBatch) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut writer = arrow_json::LineDelimitedWriter::new(stdout.lock());
+    writer.write(batch)?;
+    writer.finish()?;
+    Ok(())
+}
+
+fn demo_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("rollout_id", DataType::Utf8, false),
+        Field::new("sequence_order", DataType::Int32, false),
+        Field::new("role", DataType::Utf8, false),
+        Field::new("content", DataType::LargeUtf8, true),
+        Field::new("reward", DataType::Float32, true),
+        Field::new(
+            "created_at",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        ),
+    ]))
+}
+
+fn demo_batch(schema: &SchemaRef, rollout: &str, steps: usize) -> Result<RecordBatch> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_micros() as i64;
+    let ids: Vec<String> = (0..steps).map(|_| generate_id()).collect();
+    let roles: Vec<&str> = (0..steps)
+        .map(|i| if i % 2 == 0 { "assistant" } else { "tool" })
+        .collect();
+    let content: Vec<String> = (0..steps)
+        .map(|i| format!("step {i} of {rollout}"))
+        .collect();
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(ids)),
+            Arc::new(StringArray::from(vec![rollout; steps])),
+            Arc::new(Int32Array::from_iter_values(0..steps as i32)),
+            Arc::new(StringArray::from(roles)),
+            Arc::new(LargeStringArray::from(content)),
+            Arc::new(Float32Array::from_iter_values(
+                (0..steps).map(|i| i as f32 / steps as f32),
+            )),
+            Arc::new(TimestampMicrosecondArray::from_iter_values(
+                (0..steps as i64).map(|i| now + i),
+            )),
+        ],
+    )?)
+}
+
+async fn demo(args: DemoArgs) -> Result<()> {
+    std::fs::create_dir_all(&args.data)
+        .with_context(|| format!("creating {}", args.data.display()))?;
+    let uri = std::fs::canonicalize(&args.data)?
+        .to_string_lossy()
+        .into_owned();
+    let schema = demo_schema();
+    let config = StoreConfig::new(&uri).with_schema(schema.clone());
+
+    let started = Instant::now();
+    let store = Arc::new(Store::open_or_create(config.clone()).await?);
+    let before = store.count(None).await?;
+    println!(
+        "store {uri} (shard {}): {before} rows before, opened in {:.0?}",
+        store.shard_id(),
+        started.elapsed()
+    );
+
+    // Sequential adds: one trajectory per add.
+    let half = args.rollouts / 2;
+    let t = Instant::now();
+    let mut first_rollout = None;
+    for _ in 0..half {
+        let rollout = generate_id();
+        store
+            .add(&demo_batch(&schema, &rollout, args.steps)?)
+            .await?;
+        first_rollout.get_or_insert(rollout);
+    }
+    let seq = t.elapsed();
+    if half > 0 {
+        println!(
+            "sequential: {half} adds of {} rows in {seq:.0?} ({:.1} ms/add, durable and visible on return)",
+            args.steps,
+            seq.as_secs_f64() * 1000.0 / half as f64
+        );
+    }
+
+    // Concurrent adds share freezes (group commit).
+    let gens_before = generations(&store).await?;
+    let t = Instant::now();
+    let rest = args.rollouts - half;
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..args.concurrency.max(1) {
+        let store = store.clone();
+        let schema = schema.clone();
+        let steps = args.steps;
+        let mine = (worker..rest).step_by(args.concurrency.max(1)).count();
+        tasks.spawn(async move {
+            for _ in 0..mine {
+                store
+                    .add(&demo_batch(&schema, &generate_id(), steps)?)
+                    .await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let conc = t.elapsed();
+    let made = generations(&store).await? - gens_before;
+    if rest > 0 {
+        println!(
+            "concurrent: {rest} adds from {} tasks in {conc:.0?}, {made} generation(s) written",
+            args.concurrency
+        );
+    }
+
+    // Reads.
+    let total = store.count(None).await?;
+    println!("rows now: {total} (+{})", total - before);
+    if let Some(rollout) = first_rollout {
+        let t = Instant::now();
+        let trajectory = store
+            .scan(
+                ScanRequest::new()
+                    .filter(format!("rollout_id = '{rollout}'"))
+                    .project(["id", "sequence_order", "role"])
+                    .order_by(SortKey::asc("sequence_order"))
+                    .order_by(SortKey::asc("id")),
+            )
+            .await?;
+        println!(
+            "trajectory {rollout}: {} rows, ordered by sequence_order, in {:.0?}",
+            trajectory.num_rows(),
+            t.elapsed()
+        );
+        let ids = trajectory
+            .column_by_name("id")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .context("trajectory lacks ids")?;
+        if !ids.is_empty() {
+            let t = Instant::now();
+            let row = store.get(ids.value(0)).await?;
+            println!(
+                "point lookup {}: {} in {:.0?}",
+                ids.value(0),
+                if row.is_some() { "found" } else { "MISSING" },
+                t.elapsed()
+            );
+        }
+    }
+    let top = store
+        .scan(
+            ScanRequest::new()
+                .project(["id", "reward"])
+                .order_by(SortKey::desc("reward"))
+                .limit(3),
+        )
+        .await?;
+    println!("top 3 rewards: {} rows", top.num_rows());
+    store.close().await?;
+
+    // A fresh reader sees everything that was acknowledged.
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await?;
+    let seen = reader.count(None).await?;
+    println!("fresh reader sees {seen} rows");
+    if seen != total {
+        bail!("a fresh reader saw {seen} rows, expected {total}");
+    }
+    Ok(())
+}
+
+async fn generations(store: &Store) -> Result<usize> {
+    Ok(store
+        .wal_status()
+        .await?
+        .unmerged_generations
+        .iter()
+        .map(|(_, n)| n)
+        .sum())
+}

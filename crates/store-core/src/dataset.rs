@@ -1,0 +1,151 @@
+//! The one place datasets are opened and created.
+//!
+//! Every open of the base table — the first open, the refresh before a read, the
+//! reopen after a writer is re-claimed — goes through [`Opener`], which carries
+//! the store's storage options. Lance passes the same object-store parameters on
+//! to every WAL generation it opens from that dataset, so the options reach the
+//! whole LSM tree. Nothing else in the crate calls `Dataset::open`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchIterator};
+use arrow_schema::SchemaRef;
+use lance::Dataset;
+use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::mem_wal::DatasetMemWalExt;
+use lance::dataset::{WriteMode, WriteParams};
+use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+
+use crate::error::{Error, LanceResultExt, Result};
+
+/// Opens and creates the dataset at one URI with one set of storage options.
+#[derive(Clone)]
+pub(crate) struct Opener {
+    uri: String,
+    storage_options: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for Opener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options hold secrets: print only their keys.
+        let mut keys: Vec<&String> = self.storage_options.keys().collect();
+        keys.sort();
+        f.debug_struct("Opener")
+            .field("uri", &self.uri)
+            .field("storage_option_keys", &keys)
+            .finish()
+    }
+}
+
+impl Opener {
+    pub fn new(uri: &str, storage_options: &HashMap<String, String>) -> Self {
+        Self {
+            uri: uri.to_string(),
+            storage_options: storage_options.clone(),
+        }
+    }
+
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn store_params(&self) -> ObjectStoreParams {
+        ObjectStoreParams {
+            storage_options_accessor: (!self.storage_options.is_empty()).then(|| {
+                Arc::new(StorageOptionsAccessor::with_static_options(
+                    self.storage_options.clone(),
+                ))
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Open the latest version. A missing dataset is [`Error::NotFound`].
+    pub async fn open(&self) -> Result<Dataset> {
+        DatasetBuilder::from_uri(&self.uri)
+            .with_storage_options(self.storage_options.clone())
+            .load()
+            .await
+            .map_err(|e| {
+                if e.is_not_found() || matches!(e, lance::Error::DatasetNotFound { .. }) {
+                    Error::NotFound {
+                        what: format!("dataset at {}", self.uri),
+                    }
+                } else {
+                    Error::from_lance(format!("opening {}", self.uri), None, e)
+                }
+            })
+    }
+
+    /// The newest version of `current`, or `current` itself when nothing newer
+    /// was committed. Keeps the storage options `current` was opened with.
+    pub async fn refresh(&self, current: &Arc<Dataset>) -> Result<Arc<Dataset>> {
+        let latest = current
+            .latest_version_id()
+            .await
+            .ctx("checking for a newer dataset version")?;
+        if latest == current.version().version {
+            return Ok(current.clone());
+        }
+        let mut fresh = current.as_ref().clone();
+        fresh
+            .checkout_latest()
+            .await
+            .ctx("loading the newest dataset version")?;
+        Ok(Arc::new(fresh))
+    }
+
+    /// Create an empty dataset with `schema` and initialise its MemWAL.
+    /// An existing dataset is [`Error::AlreadyExists`].
+    pub async fn create(&self, schema: SchemaRef) -> Result<Dataset> {
+        let empty = RecordBatchIterator::new(
+            std::iter::empty::<std::result::Result<RecordBatch, arrow_schema::ArrowError>>(),
+            schema,
+        );
+        let params = WriteParams {
+            mode: WriteMode::Create,
+            store_params: Some(self.store_params()),
+            ..Default::default()
+        };
+        let mut dataset = Dataset::write(empty, self.uri.as_str(), Some(params))
+            .await
+            .map_err(|e| Error::from_lance(format!("creating {}", self.uri), None, e))?;
+        ensure_mem_wal(&mut dataset).await?;
+        Ok(dataset)
+    }
+}
+
+/// Initialise the MemWAL if it is not (a create that crashed between its two
+/// commits leaves a dataset without one). Manual sharding: each instance writes
+/// its own shard, named by its instance id.
+pub(crate) async fn ensure_mem_wal(dataset: &mut Dataset) -> Result<()> {
+    if dataset
+        .mem_wal_index_details()
+        .await
+        .ctx("reading the MemWAL index")?
+        .is_some()
+    {
+        return Ok(());
+    }
+    match dataset.initialize_mem_wal().execute().await {
+        Ok(()) => Ok(()),
+        // A concurrent opener initialised it first.
+        Err(e) => {
+            dataset
+                .checkout_latest()
+                .await
+                .ctx("reloading after MemWAL initialisation")?;
+            if dataset
+                .mem_wal_index_details()
+                .await
+                .ctx("reading the MemWAL index")?
+                .is_some()
+            {
+                Ok(())
+            } else {
+                Err(Error::from_lance("initialising the MemWAL", None, e))
+            }
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The engine's one error type.
+//!
+//! Every failure the engine can report is a variant of [`Error`]; callers act on
+//! [`Error::kind`] (a small, stable [`ErrorKind`]) and never on the message text.
+//! Lance errors are classified once, in [`Error::from_lance`], from Lance's typed
+//! accessors (`fence_reason()`, `is_backpressure()`, `is_not_found()`, variants),
+//! never from their `Display` output.
+
+use std::fmt;
+
+/// Result alias used throughout the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the caller can do about an error. Stable: the REST layer maps it to a
+/// status code in one place, the CLI to an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The request or its data is wrong; retrying the same call fails again.
+    InvalidInput,
+    /// The store, row or object asked for does not exist.
+    NotFound,
+    /// The thing to create exists already.
+    AlreadyExists,
+    /// Another writer owns the shard, or a concurrent commit won. Reopen or retry.
+    Conflict,
+    /// Temporarily refused to protect memory or a running job; retry later.
+    Busy,
+    /// The writer is closed or latched after a fatal failure; reopen the store.
+    Unavailable,
+    /// Object store or Lance I/O failed.
+    Storage,
+    /// A bug or an invariant broken inside the engine.
+    Internal,
+}
+
+/// Why a writer was fenced (mirrors Lance's `FenceReason`, owned here so callers
+/// do not depend on Lance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FenceReason {
+    /// Another writer claimed this shard with a higher epoch.
+    PeerClaimedEpoch,
+    /// This writer's own WAL persistence failed; it must reopen and replay.
+    PersistenceFailure,
+}
+
+impl fmt::Display for FenceReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PeerClaimedEpoch => "another writer claimed the shard",
+            Self::PersistenceFailure => "this writer's WAL persistence failed",
+        })
+    }
+}
+
+/// A problem found in a batch handed to `add`, with where it is.
+///
+/// Rows are zero-based positions in the batch as given by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchProblem {
+    /// The batch has no rows.
+    EmptyBatch,
+    /// A column that the store's schema does not have.
+    UnknownColumn { column: String },
+    /// The same column name appears twice in the batch.
+    DuplicateColumn { column: String },
+    /// A column whose Arrow type differs from the store's.
+    TypeMismatch {
+        column: String,
+        expected: String,
+        found: String,
+    },
+    /// A non-nullable column is absent from the batch.
+    MissingColumn { column: String },
+    /// A null in a non-nullable column.
+    NullValue { column: String, row: usize },
+    /// A null key.
+    NullKey { column: String, row: usize },
+    /// An empty-string key.
+    EmptyKey { column: String, row: usize },
+    /// A value in a column that this (older) dataset does not store yet.
+    ColumnNotInDataset { column: String, row: usize },
+}
+
+impl BatchProblem {
+    /// The column the problem is in, when it is about one column.
+    pub fn column(&self) -> Option<&str> {
+        match self {
+            Self::EmptyBatch => None,
+            Self::UnknownColumn { column }
+            | Self::DuplicateColumn { column }
+            | Self::TypeMismatch { column, .. }
+            | Self::MissingColumn { column }
+            | Self::NullValue { column, .. }
+            | Self::NullKey { column, .. }
+            | Self::EmptyKey { column, .. }
+            | Self::ColumnNotInDataset { column, .. } => Some(column),
+        }
+    }
+
+    /// The row the problem is in, when it is about one row.
+    pub fn row(&self) -> Option<usize> {
+        match self {
+            Self::NullValue { row, .. }
+            | Self::NullKey { row, .. }
+            | Self::EmptyKey { row, .. }
+            | Self::ColumnNotInDataset { row, .. } => Some(*row),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for BatchProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EmptyBatch => write!(f, "the batch has no rows"),
+            Self::UnknownColumn { column } => {
+                write!(f, "column '{column}' is not in the store's schema")
+            }
+            Self::DuplicateColumn { column } => {
+                write!(f, "column '{column}' appears more than once")
+            }
+            Self::TypeMismatch {
+                column,
+                expected,
+                found,
+            } => write!(f, "column '{column}' has type {found}, expected {expected}"),
+            Self::MissingColumn { column } => {
+                write!(f, "column '{column}' is required (non-nullable) but absent")
+            }
+            Self::NullValue { column, row } => {
+                write!(f, "row {row}: column '{column}' is non-nullable but null")
+            }
+            Self::NullKey { column, row } => write!(f, "row {row}: key column '{column}' is null"),
+            Self::EmptyKey { column, row } => {
+                write!(f, "row {row}: key column '{column}' is an empty string")
+            }
+            Self::ColumnNotInDataset { column, row } => write!(
+                f,
+                "row {row}: column '{column}' has a value but this dataset was created \
+                 without that column"
+            ),
+        }
+    }
+}
+
+/// The engine's error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A batch given to `add` does not fit the store's schema. Nothing was written.
+    #[error("invalid batch: {problem}")]
+    InvalidBatch { problem: BatchProblem },
+
+    /// An argument (filter, order-by, projection, configuration) is wrong.
+    #[error("invalid argument: {message}")]
+    InvalidArgument { message: String },
+
+    /// The dataset, or something inside it, does not exist.
+    #[error("not found: {what}")]
+    NotFound { what: String },
+
+    /// A dataset exists where one was to be created.
+    #[error("already exists: {uri}")]
+    AlreadyExists { uri: String },
+
+    /// This instance's writer lost its shard. Rows it acknowledged are durable and
+    /// were replayed by the writer that took over; the failed call wrote nothing
+    /// that was acknowledged. The writer is latched until the store is reopened.
+    #[error("writer for shard {shard} fenced: {reason}")]
+    Fenced {
+        shard: uuid::Uuid,
+        reason: FenceReason,
+    },
+
+    /// Opening a writer on this shard could split a key across shards.
+    #[error(
+        "shard conflict: shard {other} holds {generations} unmerged generation(s) written by \
+         another instance; writing through shard {ours} could return a key twice. Open the \
+         store with that instance's id, or merge its shard into the base table first"
+    )]
+    ShardConflict {
+        ours: uuid::Uuid,
+        other: uuid::Uuid,
+        generations: usize,
+    },
+
+    /// The writer refused work to stay inside its memory budget; retry later.
+    #[error("busy: {message}")]
+    Busy { message: String },
+
+    /// A concurrent commit won; retry.
+    #[error("commit conflict: {message}")]
+    Conflict { message: String },
+
+    /// The writer is closed or latched after a fatal error.
+    #[error("writer unavailable: {message}")]
+    WriterUnavailable { message: String },
+
+    /// A Lance or object-store operation failed.
+    #[error("storage error while {context}: {source}")]
+    Storage {
+        context: String,
+        #[source]
+        source: Box<lance::Error>,
+    },
+
+    /// An invariant inside the engine was broken.
+    #[error("internal error: {message}")]
+    Internal { message: String },
+}
+
+impl Error {
+    /// The stable kind callers act on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidBatch { .. } | Self::InvalidArgument { .. } => ErrorKind::InvalidInput,
+            Self::NotFound { .. } => ErrorKind::NotFound,
+            Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,
+            Self::Fenced { .. } | Self::ShardConflict { .. } | Self::Conflict { .. } => {
+                ErrorKind::Conflict
+            }
+            Self::Busy { .. } => ErrorKind::Busy,
+            Self::WriterUnavailable { .. } => ErrorKind::Unavailable,
+            Self::Storage { .. } => ErrorKind::Storage,
+            Self::Internal { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// Whether this is a fencing error.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Self::Fenced { .. })
+    }
+
+    /// The batch problem, when this is an [`Error::InvalidBatch`].
+    pub fn batch_problem(&self) -> Option<&BatchProblem> {
+        match self {
+            Self::InvalidBatch { problem } => Some(problem),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn batch(problem: BatchProblem) -> Self {
+        Self::InvalidBatch { problem }
+    }
+
+    pub(crate) fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::Internal {
+            message: message.into(),
+        }
+    }
+
+    /// Classify a Lance error by its type (never its message). `context` says what
+    /// the engine was doing; `shard` is the writer's shard for fencing errors.
+    pub(crate) fn from_lance(
+        context: impl Into<String>,
+        shard: Option<uuid::Uuid>,
+        err: lance::Error,
+    ) -> Self {
+        if let Some(reason) = err.fence_reason() {
+            return Self::Fenced {
+                shard: shard.unwrap_or_default(),
+                reason: match reason {
+                    lance_core::FenceReason::PeerClaimedEpoch => FenceReason::PeerClaimedEpoch,
+                    lance_core::FenceReason::PersistenceFailure => FenceReason::PersistenceFailure,
+                },
+            };
+        }
+        if err.is_backpressure() {
+            return Self::Busy {
+                message: err.to_string(),
+            };
+        }
+        let context = context.into();
+        match &err {
+            lance::Error::DatasetNotFound { path, .. } => Self::NotFound {
+                what: format!("dataset {path}"),
+            },
+            lance::Error::DatasetAlreadyExists { uri, .. } => {
+                Self::AlreadyExists { uri: uri.clone() }
+            }
+            lance::Error::CommitConflict { .. }
+            | lance::Error::RetryableCommitConflict { .. }
+            | lance::Error::TooMuchWriteContention { .. }
+            | lance::Error::IncompatibleTransaction { .. } => Self::Conflict {
+                message: format!("{context}: {err}"),
+            },
+            _ if err.is_not_found() => Self::NotFound {
+                what: format!("{context}: {err}"),
+            },
+            _ => Self::Storage {
+                context,
+                source: Box::new(err),
+            },
+        }
+    }
+}
+
+/// Turn a Lance result into an engine result with context.
+pub(crate) trait LanceResultExt<T> {
+    fn ctx(self, context: &str) -> Result<T>;
+}
+
+impl<T> LanceResultExt<T> for std::result::Result<T, lance::Error> {
+    fn ctx(self, context: &str) -> Result<T> {
+        self.map_err(|e| Error::from_lance(context, None, e))
+    }
+}
+
+impl From<arrow_schema::ArrowError> for Error {
+    fn from(err: arrow_schema::ArrowError) -> Self {
+        Self::Internal {
+            message: format!("arrow: {err}"),
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! # lance-context-store: the one storage engine
+//!
+//! Every schema — built-in or user-defined — is stored through this crate. It
+//! knows Arrow schemas and Lance datasets, nothing about plugins, CLIs or HTTP.
+//!
+//! ## Architecture
+//! A store is one Lance dataset (the *base table*) plus a MemWAL: each writing
+//! instance owns one *shard*, whose id is derived from the instance id
+//! ([`shard_id_for_instance`]). A shard has a write-ahead log and a sequence of
+//! flushed *generations* (small Lance datasets under `_mem_wal/<shard>/`).
+//! Readers see base ∪ every shard's unmerged generations, deduplicated by the
+//! key column (newest write wins).
+//!
+//! ## Write path and durability promise
+//! [`Store::add`]: conform the batch to the stored schema by column name
+//! (reject unknown columns, type mismatches, null/empty keys, nulls in
+//! non-nullable columns — nothing is written from a rejected batch) → durable
+//! `put` into the shard's WAL → a group-committed freeze that flushes the
+//! memtable into a generation and commits the shard manifest. **When `add`
+//! returns `Ok`, the rows are durable and visible to any reader, in this process
+//! or another, including after this process is killed.** Concurrent adds share
+//! one freeze, so they share one generation.
+//!
+//! Known limits: an add larger than `WriterSettings::max_memtable_rows` is
+//! written as several puts, so a crash (or fence) part-way can leave a prefix of
+//! it durable; every add makes a generation that reads open until it is merged
+//! into the base table (see [`Store::wal_status`]).
+//!
+//! ## Fencing policy
+//! One writer per shard. If another process opens the same instance id, it
+//! claims a newer epoch; this instance's next add fails with [`Error::Fenced`]
+//! and the writer latches (later adds fail fast) until [`Store::reclaim`] or a
+//! reopen. Rows this instance acknowledged before are replayed by the new owner —
+//! none is lost. If our own WAL persistence fails, we are still the owner: the
+//! engine reclaims the shard (new epoch, WAL replay) and retries once.
+//!
+//! ## One key, one shard
+//! Lance dedupes within a shard only. With [`ShardPolicy::SingleWriter`] (the
+//! default) a writer does not open while another shard holds unmerged
+//! generations ([`Error::ShardConflict`]): that is what renaming an instance
+//! would otherwise silently break. [`ShardPolicy::PartitionedKeys`] lets several
+//! instances write, on the caller's promise that each key has one writer.
+//!
+//! ## Read path
+//! [`Store::get`] / [`Store::get_many`] are point lookups (the base table's key
+//! index when it has one, per-generation lookups otherwise). [`Store::scan`]
+//! pushes filter, projection, order-by (a top-k sort bounded by offset+limit)
+//! and limit/offset into the scan plan. Results are decoded by column name;
+//! columns the dataset lacks (it was created by an older version) read as nulls.
+//!
+//! ## Storage options
+//! Every open of the dataset goes through one module, which carries the store's
+//! storage options; Lance hands the same object-store parameters to every
+//! generation it opens.
+
+mod config;
+mod conform;
+mod dataset;
+mod error;
+mod id;
+mod read;
+mod store;
+mod writer;
+
+pub use config::{ShardPolicy, StoreConfig, WriterSettings};
+pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
+pub use id::{generate_id, shard_id_for_instance};
+pub use read::{BatchStream, ScanRequest, SortKey};
+pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
+pub use writer::AddOutcome;

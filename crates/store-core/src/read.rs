@@ -1,0 +1,380 @@
+//! The read path: one view of base table + every shard's unmerged generations.
+//!
+//! Lance's `LsmScanner` does not discover shards and does not read the
+//! "compacted up to" markers, so [`shard_snapshots`] does both: it lists the
+//! shards, reads each shard's latest manifest, and keeps only generations above
+//! the marker recorded in the base table's MemWAL index. The base version and the
+//! markers come from the same dataset snapshot, read *before* the shard
+//! manifests, so a merge committing in between can only make a generation appear
+//! in both places, where newest-wins dedupe folds it — never in neither.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use datafusion::arrow::compute::SortOptions;
+use datafusion::common::Column;
+use datafusion::logical_expr::{Expr, lit};
+use datafusion::physical_expr::expressions::col as physical_col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::limit::GlobalLimitExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::prelude::SessionContext;
+use futures::{StreamExt, TryStreamExt};
+use lance::Dataset;
+use lance::dataset::mem_wal::scanner::parse_filter_expr;
+use lance::dataset::mem_wal::{DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot};
+use lance::deps::datafusion;
+use uuid::Uuid;
+
+use crate::conform::Schemas;
+use crate::error::{Error, LanceResultExt, Result};
+
+/// One shard's state as a reader sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardView {
+    pub snapshot: ShardSnapshot,
+    /// Generations flushed but not merged into the base table.
+    pub unmerged: usize,
+}
+
+/// The snapshots of every shard, with merged generations left out.
+pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>> {
+    let Some(details) = dataset
+        .mem_wal_index_details()
+        .await
+        .ctx("reading the MemWAL index")?
+    else {
+        // Plain Lance dataset (opened read-only): the base table is everything.
+        return Ok(Vec::new());
+    };
+    let compacted: HashMap<Uuid, u64> = details
+        .compacted_sstables
+        .iter()
+        .map(|c| (c.shard_id, c.generation))
+        .collect();
+    let shard_ids = dataset
+        .list_mem_wal_latest_shard_ids()
+        .await
+        .ctx("listing MemWAL shards")?;
+    if shard_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let store = dataset
+        .object_store(None)
+        .await
+        .ctx("opening the object store")?;
+    let base_path = dataset.branch_location().path;
+    let reads = shard_ids.into_iter().map(|shard_id| {
+        let store = store.clone();
+        let base_path = base_path.clone();
+        let merged_up_to = compacted.get(&shard_id).copied().unwrap_or(0);
+        async move {
+            let manifest = ShardManifestStore::new(store, &base_path, shard_id, 2)
+                .latest()
+                .await
+                .ctx("reading a shard manifest")?;
+            let Some(manifest) = manifest else {
+                return Ok::<_, Error>(None);
+            };
+            let mut snapshot = ShardSnapshot::new(shard_id)
+                .with_spec_id(manifest.shard_spec_id)
+                .with_current_generation(manifest.current_generation);
+            let mut unmerged = 0;
+            for sstable in &manifest.sstables {
+                if sstable.generation > merged_up_to {
+                    snapshot = snapshot.with_sstable(sstable.generation, sstable.path.clone());
+                    unmerged += 1;
+                }
+            }
+            Ok(Some(ShardView { snapshot, unmerged }))
+        }
+    });
+    let views = futures::future::try_join_all(reads).await?;
+    Ok(views.into_iter().flatten().collect())
+}
+
+/// A sort key for [`ScanRequest::order_by`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortKey {
+    /// Column to sort by.
+    pub column: String,
+    /// Descending instead of ascending.
+    pub descending: bool,
+    /// Nulls before non-nulls. Default: nulls last ascending, first descending.
+    pub nulls_first: bool,
+}
+
+impl SortKey {
+    /// Ascending, nulls last.
+    pub fn asc(column: impl Into<String>) -> Self {
+        Self {
+            column: column.into(),
+            descending: false,
+            nulls_first: false,
+        }
+    }
+
+    /// Descending, nulls first.
+    pub fn desc(column: impl Into<String>) -> Self {
+        Self {
+            column: column.into(),
+            descending: true,
+            nulls_first: true,
+        }
+    }
+}
+
+/// What to read. Filter, projection, order and limit/offset are all executed
+/// inside the scan plan, never by truncating a full result in memory.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRequest {
+    /// A SQL predicate over the store's columns, e.g. `rollout_id = 'r1' AND reward > 0`.
+    pub filter: Option<String>,
+    /// Columns to return, in this order; `None` = every column.
+    pub projection: Option<Vec<String>>,
+    /// Sort keys, most significant first. Empty = unspecified order.
+    pub order_by: Vec<SortKey>,
+    /// At most this many rows.
+    pub limit: Option<usize>,
+    /// Skip this many rows first.
+    pub offset: Option<usize>,
+}
+
+impl ScanRequest {
+    /// Every row, every column.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set the filter.
+    pub fn filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = Some(filter.into());
+        self
+    }
+
+    /// Set the projection.
+    pub fn project<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.projection = Some(columns.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Add a sort key.
+    pub fn order_by(mut self, key: SortKey) -> Self {
+        self.order_by.push(key);
+        self
+    }
+
+    /// Set the limit.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Set the offset.
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+}
+
+/// A stream of result batches in the logical schema.
+pub type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch>>;
+
+/// A consistent view to read from.
+pub(crate) struct ReadView {
+    pub dataset: Arc<Dataset>,
+    pub shards: Vec<ShardView>,
+}
+
+impl ReadView {
+    fn scanner(&self, key: &str) -> LsmScanner {
+        LsmScanner::new(
+            self.dataset.clone(),
+            self.shards.iter().map(|s| s.snapshot.clone()).collect(),
+            vec![key.to_string()],
+        )
+    }
+}
+
+/// Validate a request against the schemas and plan it.
+pub(crate) async fn plan_scan(
+    view: &ReadView,
+    schemas: &Schemas,
+    request: &ScanRequest,
+) -> Result<(Arc<dyn ExecutionPlan>, Option<Vec<String>>)> {
+    // Columns the caller wants, checked against the logical schema.
+    let wanted: Vec<String> = match &request.projection {
+        Some(cols) => {
+            if cols.is_empty() {
+                return Err(Error::invalid_argument("projection names no column"));
+            }
+            for c in cols {
+                if schemas.logical.field_with_name(c).is_err() {
+                    return Err(Error::invalid_argument(format!(
+                        "projection: unknown column '{c}'"
+                    )));
+                }
+            }
+            cols.clone()
+        }
+        None => schemas
+            .logical
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+    };
+    for key in &request.order_by {
+        if schemas.logical.field_with_name(&key.column).is_err() {
+            return Err(Error::invalid_argument(format!(
+                "order_by: unknown column '{}'",
+                key.column
+            )));
+        }
+    }
+    // What the scan reads: wanted ∪ sort columns, restricted to stored columns.
+    let mut read_cols: Vec<String> = wanted
+        .iter()
+        .filter(|c| schemas.stored.field_with_name(c).is_ok())
+        .cloned()
+        .collect();
+    for key in &request.order_by {
+        if schemas.stored.field_with_name(&key.column).is_ok() && !read_cols.contains(&key.column) {
+            read_cols.push(key.column.clone());
+        }
+    }
+    if read_cols.is_empty() {
+        // Only columns the dataset lacks were asked for: read the key so row
+        // counts are right; those columns come back null.
+        read_cols.push(schemas.key.clone());
+    }
+
+    let mut scanner = view
+        .scanner(&schemas.key)
+        .project(&read_cols)
+        .map_err(|e| Error::from_lance("projecting", None, e))?;
+    if let Some(filter) = &request.filter {
+        let expr = parse_filter_expr(&schemas.stored, filter)
+            .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?;
+        scanner = scanner.filter_expr(expr);
+    }
+    let to_i64 = |v: usize, what: &str| {
+        i64::try_from(v).map_err(|_| Error::invalid_argument(format!("{what} is too large")))
+    };
+
+    // Sort keys on columns the dataset lacks are all-null: they do not order.
+    let sort_keys: Vec<&SortKey> = request
+        .order_by
+        .iter()
+        .filter(|k| schemas.stored.field_with_name(&k.column).is_ok())
+        .collect();
+    if sort_keys.is_empty() {
+        let limit = request.limit.map(|l| to_i64(l, "limit")).transpose()?;
+        let offset = request.offset.map(|o| to_i64(o, "offset")).transpose()?;
+        if limit.is_some() || offset.is_some() {
+            scanner = scanner
+                .limit(limit, offset)
+                .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
+        }
+        let plan = scanner.create_plan().await.ctx("planning the scan")?;
+        return Ok((plan, Some(wanted)));
+    }
+
+    // Order-by: a top-k sort (bounded by offset + limit) over the deduped scan,
+    // then skip/fetch.
+    let mut plan = scanner.create_plan().await.ctx("planning the scan")?;
+    if plan.output_partitioning().partition_count() > 1 {
+        plan = Arc::new(CoalescePartitionsExec::new(plan));
+    }
+    let schema = plan.schema();
+    let exprs = sort_keys
+        .iter()
+        .map(|k| {
+            Ok(PhysicalSortExpr::new(
+                physical_col(&k.column, &schema)
+                    .map_err(|e| Error::internal(format!("sort column: {e}")))?,
+                SortOptions {
+                    descending: k.descending,
+                    nulls_first: k.nulls_first,
+                },
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ordering = LexOrdering::new(exprs).ok_or_else(|| Error::internal("empty sort ordering"))?;
+    let offset = request.offset.unwrap_or(0);
+    let fetch = request.limit.map(|l| l.saturating_add(offset));
+    let mut plan: Arc<dyn ExecutionPlan> =
+        Arc::new(SortExec::new(ordering, plan).with_fetch(fetch));
+    if offset > 0 || request.limit.is_some() {
+        plan = Arc::new(GlobalLimitExec::new(plan, offset, request.limit));
+    }
+    Ok((plan, Some(wanted)))
+}
+
+/// Execute a plan, conforming every batch to the logical schema.
+pub(crate) fn execute(
+    plan: Arc<dyn ExecutionPlan>,
+    schemas: Schemas,
+    projection: Option<Vec<String>>,
+) -> Result<BatchStream> {
+    let ctx = SessionContext::new();
+    let stream = plan
+        .execute(0, ctx.task_ctx())
+        .map_err(|e| Error::internal(format!("executing the scan: {e}")))?;
+    Ok(stream
+        .map_err(|e| Error::internal(format!("reading the scan: {e}")))
+        .and_then(move |batch| {
+            let out = schemas.conform_for_read(&batch, projection.as_deref());
+            futures::future::ready(out)
+        })
+        .boxed())
+}
+
+/// Collect a stream into one batch of `schema`'s shape.
+pub(crate) async fn collect(stream: BatchStream) -> Result<Vec<RecordBatch>> {
+    stream.try_collect().await
+}
+
+/// `key = id` or `key IN (ids)` as an expression the LSM scanner routes to its
+/// point-lookup planner (base-table key index + per-generation lookups).
+pub(crate) fn key_filter(key: &str, ids: &[&str]) -> Expr {
+    let column = Expr::Column(Column::new_unqualified(key));
+    if ids.len() == 1 {
+        column.eq(lit(ids[0]))
+    } else {
+        column.in_list(ids.iter().map(|id| lit(*id)).collect(), false)
+    }
+}
+
+/// Plan a point lookup of `ids`.
+pub(crate) async fn plan_lookup(
+    view: &ReadView,
+    schemas: &Schemas,
+    ids: &[&str],
+    projection: Option<&[String]>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let read_cols: Vec<String> = match projection {
+        Some(cols) => {
+            let mut cols: Vec<String> = cols
+                .iter()
+                .filter(|c| schemas.stored.field_with_name(c).is_ok())
+                .cloned()
+                .collect();
+            if !cols.contains(&schemas.key) {
+                cols.push(schemas.key.clone());
+            }
+            cols
+        }
+        None => schemas.readable_columns(),
+    };
+    view.scanner(&schemas.key)
+        .project(&read_cols)
+        .map_err(|e| Error::from_lance("projecting", None, e))?
+        .filter_expr(key_filter(&schemas.key, ids))
+        .create_plan()
+        .await
+        .ctx("planning the point lookup")
+}

@@ -1,0 +1,456 @@
+//! [`Store`]: one dataset, one resident writer, the LSM read path.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_select::concat::concat_batches;
+use lance::Dataset;
+use lance::deps::datafusion::physical_plan::displayable;
+use tokio::sync::RwLock;
+use uuid::Uuid;
+
+use crate::config::{ShardPolicy, StoreConfig};
+use crate::conform::Schemas;
+use crate::dataset::{Opener, ensure_mem_wal};
+use crate::error::{Error, Result};
+use crate::id::shard_id_for_instance;
+use crate::read::{
+    BatchStream, ReadView, ScanRequest, collect, execute, plan_lookup, plan_scan, shard_snapshots,
+};
+use crate::writer::{AddOutcome, Writer};
+
+/// Field metadata that marks the key column for Lance's MemWAL.
+pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
+
+/// A store: a Lance dataset with this instance's resident MemWAL writer.
+///
+/// Cheap to share behind an `Arc`; every method takes `&self` and is safe to
+/// call concurrently.
+pub struct Store {
+    opener: Opener,
+    schemas: Schemas,
+    instance_id: String,
+    dataset: RwLock<Arc<Dataset>>,
+    shard: Uuid,
+    /// `None` for a read-only store.
+    writer: Option<Writer>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("opener", &self.opener)
+            .field("instance_id", &self.instance_id)
+            .field("shard", &self.shard)
+            .field("read_only", &self.writer.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an operator wants to know about the write-ahead tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalStatus {
+    /// This instance's shard.
+    pub shard: Uuid,
+    /// Unmerged generations per shard (every shard of the dataset).
+    pub unmerged_generations: Vec<(Uuid, usize)>,
+}
+
+impl Store {
+    /// Create the dataset (empty, MemWAL initialised) and open it.
+    /// [`Error::AlreadyExists`] if there is one.
+    pub async fn create(config: StoreConfig) -> Result<Self> {
+        let schema = config
+            .schema
+            .clone()
+            .ok_or_else(|| Error::invalid_argument("creating a store needs a schema"))?;
+        let schema = validate_new_schema(&schema, &config.key_column)?;
+        let opener = Opener::new(&config.uri, &config.storage_options);
+        let dataset = opener.create(schema).await?;
+        Self::start(config, opener, dataset, true).await
+    }
+
+    /// Open an existing dataset. [`Error::NotFound`] if there is none.
+    ///
+    /// A dataset without a MemWAL (one written by plain Lance, or a create that
+    /// stopped half-way) has it initialised.
+    pub async fn open(config: StoreConfig) -> Result<Self> {
+        let opener = Opener::new(&config.uri, &config.storage_options);
+        let mut dataset = opener.open().await?;
+        ensure_mem_wal(&mut dataset).await?;
+        Self::start(config, opener, dataset, true).await
+    }
+
+    /// Open an existing dataset for reading only: no writer is opened, so no
+    /// shard is claimed and a running writer is not disturbed. Adds fail with
+    /// [`Error::WriterUnavailable`].
+    pub async fn open_read_only(config: StoreConfig) -> Result<Self> {
+        let opener = Opener::new(&config.uri, &config.storage_options);
+        let dataset = opener.open().await?;
+        Self::start(config, opener, dataset, false).await
+    }
+
+    /// Open the dataset, creating it first when it does not exist.
+    pub async fn open_or_create(config: StoreConfig) -> Result<Self> {
+        match Self::open(config.clone()).await {
+            Err(Error::NotFound { .. }) => match Self::create(config.clone()).await {
+                // Lost a race with another creator: open theirs.
+                Err(Error::AlreadyExists { .. }) => Self::open(config).await,
+                other => other,
+            },
+            other => other,
+        }
+    }
+
+    async fn start(
+        config: StoreConfig,
+        opener: Opener,
+        dataset: Dataset,
+        writable: bool,
+    ) -> Result<Self> {
+        let stored: SchemaRef = Arc::new(Schema::from(dataset.schema()));
+        let schemas = resolve_schemas(&config, stored)?;
+        let shard = shard_id_for_instance(&config.instance_id);
+        if writable && config.shard_policy == ShardPolicy::SingleWriter {
+            for view in shard_snapshots(&dataset).await? {
+                if view.snapshot.shard_id != shard && view.unmerged > 0 {
+                    return Err(Error::ShardConflict {
+                        ours: shard,
+                        other: view.snapshot.shard_id,
+                        generations: view.unmerged,
+                    });
+                }
+            }
+        }
+        let writer = match writable {
+            true => Some(Writer::open(&dataset, shard, config.writer.clone()).await?),
+            false => None,
+        };
+        Ok(Self {
+            opener,
+            schemas,
+            instance_id: config.instance_id,
+            dataset: RwLock::new(Arc::new(dataset)),
+            shard,
+            writer,
+        })
+    }
+
+    /// The schema callers write and read.
+    pub fn schema(&self) -> SchemaRef {
+        self.schemas.logical.clone()
+    }
+
+    /// The schema the dataset stores (may lack columns of [`Self::schema`]).
+    pub fn stored_schema(&self) -> SchemaRef {
+        self.schemas.stored.clone()
+    }
+
+    /// The key column.
+    pub fn key_column(&self) -> &str {
+        &self.schemas.key
+    }
+
+    /// The dataset URI.
+    pub fn uri(&self) -> &str {
+        self.opener.uri()
+    }
+
+    /// This instance's id.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// This instance's MemWAL shard.
+    pub fn shard_id(&self) -> Uuid {
+        self.shard
+    }
+
+    /// Whether this store was opened without a writer.
+    pub fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    fn writer(&self) -> Result<&Writer> {
+        self.writer
+            .as_ref()
+            .ok_or_else(|| Error::WriterUnavailable {
+                message: "the store was opened read-only".to_string(),
+            })
+    }
+
+    /// Add rows. When this returns `Ok`, the rows are durable (in the shard's WAL
+    /// and in a flushed generation) and visible to every reader, in this process
+    /// or another. A re-added key replaces the older row (newest wins); within
+    /// one batch the later row wins.
+    ///
+    /// The batch is matched to the schema by column name: columns may come in
+    /// any order, absent nullable columns are filled with nulls, and unknown
+    /// columns, type mismatches, nulls in non-nullable columns and null or empty
+    /// keys are rejected with [`Error::InvalidBatch`] naming the column and row.
+    /// A rejected batch writes nothing.
+    pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome> {
+        let writer = self.writer()?;
+        let conformed = self.schemas.conform_for_write(batch)?;
+        writer
+            .add(conformed, || async {
+                let mut ds = self.opener.open().await?;
+                ensure_mem_wal(&mut ds).await?;
+                Ok(ds)
+            })
+            .await
+    }
+
+    /// Take the shard back after [`Error::Fenced`]: claims a new epoch (replaying
+    /// the WAL) and clears the latch. Only call this when this instance is the
+    /// rightful owner; the other writer is fenced in turn.
+    pub async fn reclaim(&self) -> Result<()> {
+        let writer = self.writer()?;
+        let dataset = self.opener.open().await?;
+        writer.reclaim(&dataset).await
+    }
+
+    async fn view(&self) -> Result<ReadView> {
+        let current = self.dataset.read().await.clone();
+        let fresh = self.opener.refresh(&current).await?;
+        if !Arc::ptr_eq(&fresh, &current) {
+            let mut slot = self.dataset.write().await;
+            if slot.version().version < fresh.version().version {
+                *slot = fresh.clone();
+            }
+        }
+        let shards = shard_snapshots(&fresh).await?;
+        Ok(ReadView {
+            dataset: fresh,
+            shards,
+        })
+    }
+
+    /// Scan as a stream of batches in the logical schema.
+    pub async fn scan_stream(&self, request: ScanRequest) -> Result<BatchStream> {
+        let view = self.view().await?;
+        let (plan, projection) = plan_scan(&view, &self.schemas, &request).await?;
+        execute(plan, self.schemas.clone(), projection)
+    }
+
+    /// Scan into one batch.
+    pub async fn scan(&self, request: ScanRequest) -> Result<RecordBatch> {
+        let schema = self.output_schema(request.projection.as_deref())?;
+        let batches = collect(self.scan_stream(request).await?).await?;
+        Ok(concat_batches(&schema, &batches)?)
+    }
+
+    /// The plan a scan would run, for operators (`EXPLAIN`).
+    pub async fn explain(&self, request: ScanRequest) -> Result<String> {
+        let view = self.view().await?;
+        let (plan, _) = plan_scan(&view, &self.schemas, &request).await?;
+        Ok(displayable(plan.as_ref()).indent(true).to_string())
+    }
+
+    /// Rows matching `filter` (all rows when `None`), newest version per key.
+    pub async fn count(&self, filter: Option<&str>) -> Result<u64> {
+        let mut request = ScanRequest::new().project([self.schemas.key.clone()]);
+        request.filter = filter.map(str::to_string);
+        let mut stream = self.scan_stream(request).await?;
+        let mut rows = 0u64;
+        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+            rows += batch?.num_rows() as u64;
+        }
+        Ok(rows)
+    }
+
+    /// The row with key `id`, newest version, as a one-row batch.
+    pub async fn get(&self, id: &str) -> Result<Option<RecordBatch>> {
+        let batch = self.get_many(&[id]).await?;
+        Ok((batch.num_rows() > 0).then_some(batch))
+    }
+
+    /// The rows with these keys (newest version each), in the order the keys are
+    /// given; keys not found are skipped and repeated keys returned once. A
+    /// point lookup: the base table is probed through its key index when it has
+    /// one, and each unmerged generation by key — never a full scan.
+    pub async fn get_many(&self, ids: &[&str]) -> Result<RecordBatch> {
+        self.lookup(ids, None).await
+    }
+
+    /// [`Self::get_many`] returning only `projection`'s columns.
+    pub async fn lookup(&self, ids: &[&str], projection: Option<&[String]>) -> Result<RecordBatch> {
+        let schema = self.output_schema(projection)?;
+        if ids.is_empty() {
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        let view = self.view().await?;
+        let plan = plan_lookup(&view, &self.schemas, ids, projection).await?;
+        let batches = collect(execute(
+            plan,
+            self.schemas.clone(),
+            projection.map(<[String]>::to_vec),
+        )?)
+        .await?;
+        let found = concat_batches(&schema, &batches)?;
+        order_by_keys(&found, &self.schemas.key, ids)
+    }
+
+    /// Unmerged generations per shard. Every add makes at most one generation
+    /// (concurrent adds share one); until they are merged into the base table
+    /// each read opens all of them.
+    pub async fn wal_status(&self) -> Result<WalStatus> {
+        let view = self.view().await?;
+        Ok(WalStatus {
+            shard: self.shard_id(),
+            unmerged_generations: view
+                .shards
+                .iter()
+                .map(|s| (s.snapshot.shard_id, s.unmerged))
+                .collect(),
+        })
+    }
+
+    /// Flush and release the writer. Reads keep working; adds fail with
+    /// [`Error::WriterUnavailable`].
+    pub async fn close(&self) -> Result<()> {
+        match &self.writer {
+            Some(writer) => writer.close().await,
+            None => Ok(()),
+        }
+    }
+
+    fn output_schema(&self, projection: Option<&[String]>) -> Result<SchemaRef> {
+        let empty = RecordBatch::new_empty(self.schemas.stored.clone());
+        Ok(self.schemas.conform_for_read(&empty, projection)?.schema())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Never blocks: every acknowledged row is already in a generation, so
+        // only the writer's background tasks need stopping.
+        if let Some(writer) = &self.writer {
+            writer.abort_detached();
+        }
+    }
+}
+
+/// Reorder `found` to follow `ids` (first occurrence), dropping repeats.
+fn order_by_keys(found: &RecordBatch, key: &str, ids: &[&str]) -> Result<RecordBatch> {
+    if found.num_rows() <= 1 {
+        return Ok(found.clone());
+    }
+    let keys = found
+        .column_by_name(key)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| Error::internal("lookup result lacks the key column"))?;
+    let mut position: HashMap<&str, u32> = HashMap::with_capacity(keys.len());
+    for (row, k) in keys.iter().enumerate() {
+        if let Some(k) = k {
+            position.entry(k).or_insert(row as u32);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let indices: Vec<u32> = ids
+        .iter()
+        .filter(|id| seen.insert(**id))
+        .filter_map(|id| position.get(id).copied())
+        .collect();
+    let indices = arrow_array::UInt32Array::from(indices);
+    let columns = found
+        .columns()
+        .iter()
+        .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(found.schema(), columns)?)
+}
+
+/// Check a schema for a new store and tag its key column.
+fn validate_new_schema(schema: &Schema, key: &str) -> Result<SchemaRef> {
+    let Ok(index) = schema.index_of(key) else {
+        return Err(Error::invalid_argument(format!(
+            "the schema has no key column '{key}'"
+        )));
+    };
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let f = f.as_ref().clone();
+            if i != index {
+                return Ok(f);
+            }
+            check_key_field(&f)?;
+            let mut metadata = f.metadata().clone();
+            metadata.insert(PRIMARY_KEY_METADATA.to_string(), "true".to_string());
+            Ok(f.with_metadata(metadata))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Arc::new(Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    )))
+}
+
+fn check_key_field(field: &Field) -> Result<()> {
+    if field.data_type() != &DataType::Utf8 {
+        return Err(Error::invalid_argument(format!(
+            "key column '{}' must be Utf8, found {}",
+            field.name(),
+            field.data_type()
+        )));
+    }
+    if field.is_nullable() {
+        return Err(Error::invalid_argument(format!(
+            "key column '{}' must be non-nullable",
+            field.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Reconcile the caller's expected schema with the stored one.
+fn resolve_schemas(config: &StoreConfig, stored: SchemaRef) -> Result<Schemas> {
+    let key = config.key_column.clone();
+    let stored_key = stored
+        .field_with_name(&key)
+        .map_err(|_| Error::invalid_argument(format!("the dataset has no key column '{key}'")))?;
+    check_key_field(stored_key)?;
+    if stored_key
+        .metadata()
+        .get(PRIMARY_KEY_METADATA)
+        .map(String::as_str)
+        != Some("true")
+    {
+        return Err(Error::invalid_argument(format!(
+            "the dataset's key column '{key}' is not tagged {PRIMARY_KEY_METADATA}=true"
+        )));
+    }
+    let logical = match &config.schema {
+        None => stored.clone(),
+        Some(expected) => {
+            for field in expected.fields() {
+                if let Ok(s) = stored.field_with_name(field.name())
+                    && !s.data_type().equals_datatype(field.data_type())
+                {
+                    return Err(Error::invalid_argument(format!(
+                        "column '{}' is {} in the dataset but {} in the expected schema",
+                        field.name(),
+                        s.data_type(),
+                        field.data_type()
+                    )));
+                }
+            }
+            if expected.field_with_name(&key).is_err() {
+                return Err(Error::invalid_argument(format!(
+                    "the expected schema has no key column '{key}'"
+                )));
+            }
+            expected.clone()
+        }
+    };
+    Ok(Schemas {
+        logical,
+        stored,
+        key,
+    })
+}

@@ -1,0 +1,255 @@
+//! The resident MemWAL writer: group commit and the fencing policy.
+//!
+//! One [`ShardWriter`] per store instance, on the shard derived from the
+//! instance id, opened once and reused for every add.
+//!
+//! # Add
+//! `put` (durable: returns once the WAL entry is persisted) → take a ticket →
+//! make every ticket up to ours visible with one `force_freeze_active` +
+//! `FreezeFence::wait` (the frozen memtable is written as a generation and the
+//! shard manifest committed). Adds that arrive while a freeze is running share
+//! the next one (group commit), so concurrent adds do not each pay a freeze nor
+//! each make a generation.
+//!
+//! # Fencing policy
+//! - `PersistenceFailure` (our own WAL write failed; we are still the rightful
+//!   owner): reopen the writer — claiming a new epoch, which replays the WAL —
+//!   and retry the failed step once. A second failure is returned.
+//! - `PeerClaimedEpoch` (another process opened the same instance id): the peer
+//!   owns the shard now and has replayed every row we acknowledged. We return
+//!   [`Error::Fenced`] and latch: every later add fails the same way, without
+//!   touching storage, until the caller calls `reclaim` (taking the shard back)
+//!   or reopens the store.
+//!
+//! An add that fails with `Fenced` after its put was durable may still become
+//! visible (the new owner replays the WAL): treat it as "outcome unknown" and
+//! re-add the same keys, which is idempotent under newest-wins.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow_array::RecordBatch;
+use lance::Dataset;
+use lance::dataset::mem_wal::{DatasetMemWalExt, ShardWriter, ShardWriterConfig};
+use tokio::sync::{Mutex, RwLock};
+use uuid::Uuid;
+
+use crate::config::WriterSettings;
+use crate::error::{Error, FenceReason, Result};
+
+/// What an add did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddOutcome {
+    /// Rows written.
+    pub rows: usize,
+}
+
+pub(crate) struct Writer {
+    shard: Uuid,
+    settings: WriterSettings,
+    /// `None` once closed.
+    inner: RwLock<Option<ShardWriter>>,
+    /// Set when the writer lost its shard to a peer; cleared by `reclaim`.
+    latched: std::sync::Mutex<Option<FenceReason>>,
+    /// Tickets handed to adds whose put has returned.
+    tickets: AtomicU64,
+    /// The highest ticket known visible (all puts up to it are in a generation).
+    visible: Mutex<u64>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lance_config(shard: Uuid, settings: &WriterSettings) -> ShardWriterConfig {
+    ShardWriterConfig::new(shard)
+        .with_durable_write(true)
+        .with_max_wal_flush_interval(settings.wal_flush_interval)
+        .with_max_memtable_rows(settings.max_memtable_rows)
+        .with_max_unflushed_memtable_bytes(settings.max_unflushed_bytes)
+}
+
+impl Writer {
+    /// Claim the shard (a new epoch) and replay its WAL.
+    pub async fn open(dataset: &Dataset, shard: Uuid, settings: WriterSettings) -> Result<Self> {
+        if settings.wal_flush_interval.is_zero() {
+            return Err(Error::invalid_argument(
+                "writer.wal_flush_interval must be greater than zero",
+            ));
+        }
+        if settings.max_memtable_rows == 0 {
+            return Err(Error::invalid_argument(
+                "writer.max_memtable_rows must be greater than zero",
+            ));
+        }
+        let writer = dataset
+            .mem_wal_writer(shard, lance_config(shard, &settings))
+            .await
+            .map_err(|e| Error::from_lance("opening the shard writer", Some(shard), e))?;
+        Ok(Self {
+            shard,
+            settings,
+            inner: RwLock::new(Some(writer)),
+            latched: std::sync::Mutex::new(None),
+            tickets: AtomicU64::new(0),
+            visible: Mutex::new(0),
+        })
+    }
+
+    fn check_latch(&self) -> Result<()> {
+        match *self.latched.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(reason) => Err(Error::Fenced {
+                shard: self.shard,
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn latch(&self, err: &Error) {
+        if let Error::Fenced {
+            reason: FenceReason::PeerClaimedEpoch,
+            ..
+        } = err
+        {
+            *self.latched.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(FenceReason::PeerClaimedEpoch);
+        }
+    }
+
+    fn classify(&self, context: &str, err: lance::Error) -> Error {
+        Error::from_lance(context, Some(self.shard), err)
+    }
+
+    /// Write `batch` (already conformed to the stored schema) durably and make it
+    /// visible. `reopen` gives a fresh dataset handle for the persistence-failure
+    /// retry.
+    pub async fn add<F, Fut>(&self, batch: RecordBatch, reopen: F) -> Result<AddOutcome>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Dataset>>,
+    {
+        self.check_latch()?;
+        let rows = batch.num_rows();
+        let chunks = split(&batch, self.settings.max_memtable_rows);
+        let mut retried = false;
+        loop {
+            match self.put_and_publish(&chunks).await {
+                Ok(()) => return Ok(AddOutcome { rows }),
+                Err(Error::Fenced {
+                    reason: FenceReason::PersistenceFailure,
+                    ..
+                }) if !retried => {
+                    retried = true;
+                    tracing::warn!(shard = %self.shard, "WAL persistence failed; reclaiming the shard and retrying once");
+                    let dataset = reopen().await?;
+                    self.reclaim(&dataset).await?;
+                }
+                Err(err) => {
+                    self.latch(&err);
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    async fn put_and_publish(&self, chunks: &[RecordBatch]) -> Result<()> {
+        let guard = self.inner.read().await;
+        let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
+            message: "the store is closed".to_string(),
+        })?;
+        for chunk in chunks {
+            writer
+                .put(vec![chunk.clone()])
+                .await
+                .map_err(|e| self.classify("writing to the WAL", e))?;
+        }
+        let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut visible = self.visible.lock().await;
+        if *visible >= ticket {
+            // A freeze that started after our put already published it.
+            return Ok(());
+        }
+        // Every ticket issued so far belongs to a put that has returned, so its
+        // rows are in the active memtable or an earlier one: this freeze covers them.
+        let covered = self.tickets.load(Ordering::SeqCst);
+        let fence = writer
+            .force_freeze_active()
+            .await
+            .map_err(|e| self.classify("freezing the memtable", e))?;
+        fence
+            .wait()
+            .await
+            .map_err(|e| self.classify("flushing the memtable to a generation", e))?;
+        *visible = covered;
+        Ok(())
+    }
+
+    /// Take the shard back: claim a new epoch (replaying the WAL) and clear the
+    /// latch. Use after `Fenced` when this instance is the rightful owner.
+    pub async fn reclaim(&self, dataset: &Dataset) -> Result<()> {
+        let mut guard = self.inner.write().await;
+        if guard.is_none() {
+            return Err(Error::WriterUnavailable {
+                message: "the store is closed".to_string(),
+            });
+        }
+        if let Some(old) = guard.take() {
+            // The old writer is fenced or poisoned: stop its tasks without I/O.
+            let _ = old.abort().await;
+        }
+        let writer = dataset
+            .mem_wal_writer(self.shard, lance_config(self.shard, &self.settings))
+            .await
+            .map_err(|e| self.classify("reclaiming the shard writer", e))?;
+        *guard = Some(writer);
+        *self.latched.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(())
+    }
+
+    /// Flush and release the writer. Later adds fail with `WriterUnavailable`.
+    pub async fn close(&self) -> Result<()> {
+        let Some(writer) = self.inner.write().await.take() else {
+            return Ok(());
+        };
+        if self.check_latch().is_err() {
+            // A fenced writer cannot flush; everything it acknowledged is durable.
+            let _ = writer.abort().await;
+            return Ok(());
+        }
+        writer
+            .close()
+            .await
+            .map_err(|e| self.classify("closing the shard writer", e))
+    }
+
+    /// Best effort for `Drop`: stop the writer's background tasks without I/O.
+    /// Every acknowledged row is already in a generation, so nothing is lost.
+    pub fn abort_detached(&self) {
+        let Ok(mut guard) = self.inner.try_write() else {
+            return;
+        };
+        let Some(writer) = guard.take() else {
+            return;
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = writer.abort().await;
+            });
+        }
+    }
+}
+
+/// Split a batch into slices of at most `max_rows` rows (zero-copy).
+fn split(batch: &RecordBatch, max_rows: usize) -> Vec<RecordBatch> {
+    if batch.num_rows() <= max_rows {
+        return vec![batch.clone()];
+    }
+    (0..batch.num_rows())
+        .step_by(max_rows)
+        .map(|start| batch.slice(start, max_rows.min(batch.num_rows() - start)))
+        .collect()
+}

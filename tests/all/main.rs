@@ -1,0 +1,12 @@
+//! The one integration-test binary: a module per area, shared helpers in
+//! `support`. Everything runs against real Lance datasets on disk (and a real
+//! S3-compatible server on loopback for object-store paths).
+
+mod support;
+
+mod crash;
+mod fencing;
+mod read;
+mod shards;
+mod storage_options;
+mod write;

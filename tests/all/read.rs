@@ -1,0 +1,296 @@
+//! The read path: point lookups over base and generations, pushdown of
+//! filter/order/limit/offset checked against an in-memory reference, and
+//! datasets created with fewer columns.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchIterator, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use lance::Dataset;
+use lance_context_store::{
+    BatchProblem, ErrorKind, PRIMARY_KEY_METADATA, ScanRequest, SortKey, Store, StoreConfig,
+};
+
+use crate::support::*;
+
+/// Write `rows` straight into a plain Lance dataset (the base table), as an
+/// older writer or a merge would have left them.
+async fn write_base(uri: &str, schema: Arc<Schema>, batch: RecordBatch) {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let f = f.as_ref().clone();
+            if f.name() == "id" {
+                f.with_metadata([(PRIMARY_KEY_METADATA.to_string(), "true".to_string())].into())
+            } else {
+                f
+            }
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).unwrap();
+    let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+    Dataset::write(reader, uri, None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_lookup_finds_rows_in_base_and_in_generations() {
+    let (_dir, uri) = temp_uri();
+    write_base(&uri, schema(), batch(&rows("base", "b", 50))).await;
+    let store = Store::open(config(&uri)).await.unwrap();
+    store.add(&batch(&rows("wal", "w", 20))).await.unwrap();
+    // An update of a base row lives in a generation and must win.
+    store
+        .add(&batch(&[Row::new("base-00007", "updated", 700)]))
+        .await
+        .unwrap();
+
+    let from_base = store.get("base-00042").await.unwrap().expect("base row");
+    assert_eq!(decode(&from_base), vec![Row::new("base-00042", "b", 42)]);
+    let from_wal = store
+        .get("wal-00013")
+        .await
+        .unwrap()
+        .expect("generation row");
+    assert_eq!(decode(&from_wal), vec![Row::new("wal-00013", "w", 13)]);
+    let updated = store.get("base-00007").await.unwrap().unwrap();
+    assert_eq!(
+        decode(&updated),
+        vec![Row::new("base-00007", "updated", 700)]
+    );
+    assert!(store.get("nope").await.unwrap().is_none());
+
+    // get_many: in the order asked, missing skipped, repeats once.
+    let many = store
+        .get_many(&["wal-00001", "nope", "base-00007", "base-00001", "wal-00001"])
+        .await
+        .unwrap();
+    let got: Vec<String> = decode(&many).into_iter().map(|r| r.id).collect();
+    assert_eq!(got, vec!["wal-00001", "base-00007", "base-00001"]);
+    assert_eq!(decode(&many)[1].grp, "updated");
+
+    // The lookup is planned as a point lookup, not a scan of everything.
+    let plan = store
+        .explain(ScanRequest::new().filter("id = 'base-00042'"))
+        .await
+        .unwrap();
+    assert!(
+        !plan.contains("UnionExec") || plan.to_lowercase().contains("point"),
+        "point lookup plan:\n{plan}"
+    );
+    assert_eq!(store.count(None).await.unwrap(), 70);
+}
+
+/// The reference: newest row per key, in memory.
+fn reference_query(
+    rows: &BTreeMap<String, Row>,
+    filter: impl Fn(&Row) -> bool,
+    order: &[(&str, bool)],
+    offset: usize,
+    limit: Option<usize>,
+) -> Vec<String> {
+    let mut hits: Vec<&Row> = rows.values().filter(|r| filter(r)).collect();
+    hits.sort_by(|a, b| {
+        for (col, desc) in order {
+            let ord = match *col {
+                "n" => a.n.cmp(&b.n),
+                "grp" => a.grp.cmp(&b.grp),
+                "id" => a.id.cmp(&b.id),
+                other => panic!("no reference order for {other}"),
+            };
+            let ord = if *desc { ord.reverse() } else { ord };
+            if ord != std::cmp::Ordering::Equal {
+                return ord;
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+    hits.into_iter()
+        .skip(offset)
+        .take(limit.unwrap_or(usize::MAX))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_order_limit_offset_match_a_reference() {
+    let (_dir, uri) = temp_uri();
+    let store = create(&uri).await;
+    let mut rng = Lcg(7);
+    let mut reference: BTreeMap<String, Row> = BTreeMap::new();
+    // Ten adds over 300 keys with overlaps: later adds update earlier keys.
+    for _ in 0..10 {
+        let mut batch_rows = Vec::new();
+        let mut in_batch = std::collections::HashSet::new();
+        for _ in 0..60 {
+            let key = format!("k{:03}", rng.below(300));
+            if !in_batch.insert(key.clone()) {
+                continue;
+            }
+            let grp = ["red", "green", "blue"][rng.below(3) as usize];
+            let row = Row::new(key.clone(), grp, rng.below(1000) as i64);
+            reference.insert(key, row.clone());
+            batch_rows.push(row);
+        }
+        store.add(&batch(&batch_rows)).await.unwrap();
+    }
+    assert_eq!(store.count(None).await.unwrap(), reference.len() as u64);
+
+    // Order by n desc, id asc; page through with limit/offset.
+    for (offset, limit) in [
+        (0, Some(10)),
+        (5, Some(17)),
+        (100, Some(50)),
+        (0, None),
+        (250, Some(100)),
+    ] {
+        let mut req = ScanRequest::new()
+            .order_by(SortKey::desc("n"))
+            .order_by(SortKey::asc("id"))
+            .offset(offset);
+        if let Some(l) = limit {
+            req = req.limit(l);
+        }
+        let got = scan_ids(&store, req).await;
+        let want = reference_query(
+            &reference,
+            |_| true,
+            &[("n", true), ("id", false)],
+            offset,
+            limit,
+        );
+        assert_eq!(got, want, "offset {offset} limit {limit:?}");
+    }
+    // Filter + order + limit, with a projection that leaves out the sort column.
+    let req = ScanRequest::new()
+        .filter("grp = 'green' AND n >= 250")
+        .project(["id", "grp"])
+        .order_by(SortKey::asc("n"))
+        .order_by(SortKey::asc("id"))
+        .offset(3)
+        .limit(20);
+    let got_batch = store.scan(req.clone()).await.unwrap();
+    assert_eq!(got_batch.num_columns(), 2);
+    let got: Vec<String> = decode(&got_batch).into_iter().map(|r| r.id).collect();
+    let want = reference_query(
+        &reference,
+        |r| r.grp == "green" && r.n >= 250,
+        &[("n", false), ("id", false)],
+        3,
+        Some(20),
+    );
+    assert_eq!(got, want);
+    // The sort is a bounded top-k inside the plan, not a truncation afterwards.
+    let plan = store.explain(req).await.unwrap();
+    assert!(
+        plan.contains("TopK") || plan.contains("fetch=23"),
+        "plan:\n{plan}"
+    );
+
+    // Limit/offset without order: the right number of distinct, matching rows.
+    let page = store
+        .scan(
+            ScanRequest::new()
+                .filter("grp = 'red'")
+                .offset(10)
+                .limit(25),
+        )
+        .await
+        .unwrap();
+    let reds = reference.values().filter(|r| r.grp == "red").count();
+    assert_eq!(page.num_rows(), 25.min(reds.saturating_sub(10)));
+    for row in decode(&page) {
+        assert_eq!(reference[&row.id], row, "a page row is the newest version");
+    }
+    // Unknown columns are typed errors.
+    let err = store
+        .scan(ScanRequest::new().order_by(SortKey::asc("nope")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let err = store
+        .scan(ScanRequest::new().filter("nope = 1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let err = store
+        .scan(ScanRequest::new().project(["id", "nope"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_created_with_fewer_columns_reads_and_writes() {
+    let (_dir, uri) = temp_uri();
+    // An older version's dataset: no `score`, no `note`.
+    let old_schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("grp", DataType::Utf8, false),
+        Field::new("n", DataType::Int64, false),
+    ]));
+    let old_rows = RecordBatch::try_new(
+        old_schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["old-1", "old-2"])),
+            Arc::new(StringArray::from(vec!["g", "g"])),
+            Arc::new(arrow_array::Int64Array::from(vec![1, 2])),
+        ],
+    )
+    .unwrap();
+    write_base(&uri, old_schema, old_rows).await;
+
+    let store = Store::open(config(&uri)).await.unwrap();
+    assert_eq!(store.schema(), schema(), "reads use the expected schema");
+    let old = store.get("old-2").await.unwrap().unwrap();
+    assert_eq!(old.schema().fields().len(), 5);
+    assert_eq!(
+        decode(&old),
+        vec![Row {
+            id: "old-2".into(),
+            grp: "g".into(),
+            n: 2,
+            score: None,
+            note: None
+        }]
+    );
+    // Rows without values for the missing columns are accepted…
+    let mut new_row = Row::new("new-1", "g", 3);
+    new_row.score = None;
+    store.add(&batch(&[new_row.clone()])).await.unwrap();
+    assert_eq!(
+        decode(&store.get("new-1").await.unwrap().unwrap()),
+        vec![new_row]
+    );
+    // …a value in one is refused with its column and row.
+    let mut rows2 = vec![Row::new("new-2", "g", 4), Row::new("new-3", "g", 5)];
+    rows2[0].score = None;
+    let err = store.add(&batch(&rows2)).await.unwrap_err();
+    assert_eq!(
+        err.batch_problem(),
+        Some(&BatchProblem::ColumnNotInDataset {
+            column: "score".into(),
+            row: 1
+        })
+    );
+    // A scan ordered by a column the dataset lacks still returns every row.
+    let all = store
+        .scan(
+            ScanRequest::new()
+                .order_by(SortKey::asc("note"))
+                .order_by(SortKey::asc("id")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), vec!["new-1", "old-1", "old-2"]);
+    // Opening without an expected schema uses the dataset's own.
+    let plain = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(plain.schema().fields().len(), 3);
+}
+
+async fn scan_ids(store: &Store, req: ScanRequest) -> Vec<String> {
+    let batch = store.scan(req).await.unwrap();
+    decode(&batch).into_iter().map(|r| r.id).collect()
+}

@@ -1,0 +1,133 @@
+//! Storage options reach every open: a store on a real S3-compatible server on
+//! loopback (moto), reachable *only* through the endpoint and credentials given
+//! as storage options. Create, add (writer + generation flush), point lookup and
+//! scan (generation opens), a second instance's open and WAL replay, a reclaim,
+//! and a reader's refresh after another instance commits all have to find the
+//! server through the options; any path that dropped them would go to AWS, which
+//! this machine cannot reach, and fail.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lance_context_store::{Store, StoreConfig};
+
+use crate::support::*;
+
+struct S3Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Start moto's S3 server on a free loopback port. The test suite's setup
+/// (`make test-deps`) installs it; its absence is a failure, not a skip.
+fn start_s3() -> S3Server {
+    let port = free_port();
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 with moto[server] is required (make test-deps installs it)");
+    let server = S3Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "moto did not start on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+/// Create a bucket with a plain HTTP request.
+fn create_bucket(port: u16, bucket: &str) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+fn s3_config(port: u16, uri: &str) -> StoreConfig {
+    config(uri)
+        .with_storage_option("aws_endpoint", format!("http://127.0.0.1:{port}"))
+        .with_storage_option("aws_access_key_id", "testing")
+        .with_storage_option("aws_secret_access_key", "testing")
+        .with_storage_option("aws_region", "us-east-1")
+        .with_storage_option("allow_http", "true")
+        .with_storage_option("aws_virtual_hosted_style_request", "false")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_options_reach_every_open() {
+    for var in ["AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"] {
+        assert!(
+            std::env::var_os(var).is_none(),
+            "{var} is set in the environment; this test needs the options to be the only route"
+        );
+    }
+    let server = start_s3();
+    create_bucket(server.port, "lc-test");
+    let uri = "s3://lc-test/stores/options";
+
+    // Create and write: the writer and its generation flushes.
+    let store = Store::create(s3_config(server.port, uri)).await.unwrap();
+    store.add(&batch(&rows("s3", "g", 20))).await.unwrap();
+    // Point lookup and scan open the generations.
+    assert!(store.get("s3-00011").await.unwrap().is_some());
+    assert_eq!(store.count(Some("grp = 'g'")).await.unwrap(), 20);
+
+    // A reader, open before the next commit, refreshes to see it.
+    let reader = Store::open_read_only(s3_config(server.port, uri))
+        .await
+        .unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 20);
+
+    // A second instance of the same shard: open, WAL replay, claim.
+    let second = Store::open(s3_config(server.port, uri)).await.unwrap();
+    second.add(&batch(&rows("s3b", "g", 5))).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 25);
+
+    // The first one is fenced; reclaiming reopens the dataset through the options.
+    assert!(
+        store
+            .add(&batch(&rows("x", "g", 1)))
+            .await
+            .unwrap_err()
+            .is_fenced()
+    );
+    store.reclaim().await.unwrap();
+    store.add(&batch(&rows("s3c", "g", 2))).await.unwrap();
+    store.close().await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 27);
+    assert!(reader.get("s3c-00001").await.unwrap().is_some());
+}

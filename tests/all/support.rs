@@ -1,0 +1,154 @@
+//! Shared helpers: schemas, batch builders, temp stores, and the child-process
+//! entry point used by the crash tests.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use lance_context_store::{Store, StoreConfig};
+
+/// A small schema: key, a group column, a number, an optional note.
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("grp", DataType::Utf8, false),
+        Field::new("n", DataType::Int64, false),
+        Field::new("score", DataType::Float64, true),
+        Field::new("note", DataType::Utf8, true),
+    ]))
+}
+
+/// One row of [`schema`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub id: String,
+    pub grp: String,
+    pub n: i64,
+    pub score: Option<f64>,
+    pub note: Option<String>,
+}
+
+impl Row {
+    pub fn new(id: impl Into<String>, grp: &str, n: i64) -> Self {
+        Self {
+            id: id.into(),
+            grp: grp.to_string(),
+            n,
+            score: Some(n as f64 / 10.0),
+            note: None,
+        }
+    }
+}
+
+/// A batch of [`schema`] from rows.
+pub fn batch(rows: &[Row]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.id.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.grp.as_str()),
+            )),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.n))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.score))),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.note.as_deref()),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+/// Rows `prefix-0 .. prefix-(n-1)` in group `grp`.
+pub fn rows(prefix: &str, grp: &str, n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|i| Row::new(format!("{prefix}-{i:05}"), grp, i as i64))
+        .collect()
+}
+
+/// Decode a result batch of [`schema`] (any column order, by name).
+pub fn decode(batch: &RecordBatch) -> Vec<Row> {
+    let s = |name: &str| {
+        batch
+            .column_by_name(name)
+            .map(|c| c.as_any().downcast_ref::<StringArray>().unwrap().clone())
+    };
+    let ids = s("id").expect("id column");
+    let grp = s("grp");
+    let note = s("note");
+    let n = batch
+        .column_by_name("n")
+        .map(|c| c.as_any().downcast_ref::<Int64Array>().unwrap().clone());
+    let score = batch
+        .column_by_name("score")
+        .map(|c| c.as_any().downcast_ref::<Float64Array>().unwrap().clone());
+    (0..batch.num_rows())
+        .map(|i| Row {
+            id: ids.value(i).to_string(),
+            grp: grp
+                .as_ref()
+                .map(|g| g.value(i).to_string())
+                .unwrap_or_default(),
+            n: n.as_ref().map(|a| a.value(i)).unwrap_or_default(),
+            score: score
+                .as_ref()
+                .and_then(|a| a.is_valid(i).then(|| a.value(i))),
+            note: note
+                .as_ref()
+                .and_then(|a| a.is_valid(i).then(|| a.value(i).to_string())),
+        })
+        .collect()
+}
+
+/// Sorted ids of a result.
+pub fn ids(batch: &RecordBatch) -> Vec<String> {
+    let mut ids: Vec<String> = decode(batch).into_iter().map(|r| r.id).collect();
+    ids.sort();
+    ids
+}
+
+/// A temp dir and its dataset URI.
+pub fn temp_uri() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("store").to_string_lossy().into_owned();
+    (dir, uri)
+}
+
+pub fn config(uri: &str) -> StoreConfig {
+    StoreConfig::new(uri).with_schema(schema())
+}
+
+pub async fn create(uri: &str) -> Store {
+    Store::create(config(uri)).await.unwrap()
+}
+
+/// Unmerged generations across all shards.
+pub async fn generations(store: &Store) -> usize {
+    store
+        .wal_status()
+        .await
+        .unwrap()
+        .unmerged_generations
+        .iter()
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Deterministic pseudo-random numbers (no external crate, fixed seed).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
