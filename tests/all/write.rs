@@ -247,8 +247,10 @@ async fn concurrent_adds_share_generations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_add_is_split_under_the_memtable_row_cap() {
     let (_dir, uri) = temp_uri();
-    let mut settings = lance_context_store::WriterSettings::default();
-    settings.max_memtable_rows = 1_000;
+    let settings = lance_context_store::WriterSettings {
+        max_memtable_rows: 1_000,
+        ..Default::default()
+    };
     let store = Store::create(config(&uri).with_writer(settings))
         .await
         .unwrap();

@@ -24,7 +24,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
-use lance::dataset::mem_wal::scanner::parse_filter_expr;
+use lance::dataset::mem_wal::scanner::{SsTableCache, parse_filter_expr};
 use lance::dataset::mem_wal::{DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot};
 use lance::deps::datafusion;
 use uuid::Uuid;
@@ -187,6 +187,8 @@ pub type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch>>;
 pub(crate) struct ReadView {
     pub dataset: Arc<Dataset>,
     pub shards: Vec<ShardView>,
+    /// Opened generation datasets, shared by every read of the store.
+    pub generations: Arc<SsTableCache>,
 }
 
 impl ReadView {
@@ -196,6 +198,7 @@ impl ReadView {
             self.shards.iter().map(|s| s.snapshot.clone()).collect(),
             vec![key.to_string()],
         )
+        .with_sstable_cache(self.generations.clone())
     }
 }
 

@@ -7,6 +7,7 @@ use arrow_array::{Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::concat::concat_batches;
 use lance::Dataset;
+use lance::dataset::mem_wal::scanner::SsTableCache;
 use lance::deps::datafusion::physical_plan::displayable;
 use tokio::sync::RwLock;
 use uuid::Uuid;
@@ -21,6 +22,9 @@ use crate::read::{
 };
 use crate::writer::{AddOutcome, Writer};
 
+/// How many opened generation datasets a store keeps (least recently used go).
+const GENERATION_CACHE_ENTRIES: u64 = 512;
+
 /// Field metadata that marks the key column for Lance's MemWAL.
 pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
 
@@ -33,6 +37,8 @@ pub struct Store {
     schemas: Schemas,
     instance_id: String,
     dataset: RwLock<Arc<Dataset>>,
+    /// Generation datasets stay open between reads (their paths are immutable).
+    generations: Arc<SsTableCache>,
     shard: Uuid,
     /// `None` for a read-only store.
     writer: Option<Writer>,
@@ -133,6 +139,7 @@ impl Store {
             schemas,
             instance_id: config.instance_id,
             dataset: RwLock::new(Arc::new(dataset)),
+            generations: Arc::new(SsTableCache::new(GENERATION_CACHE_ENTRIES)),
             shard,
             writer,
         })
@@ -225,6 +232,7 @@ impl Store {
         Ok(ReadView {
             dataset: fresh,
             shards,
+            generations: self.generations.clone(),
         })
     }
 
