@@ -27,6 +27,12 @@ pub struct StoreConfig {
     /// Whether other instances' shards may hold unmerged rows when this one
     /// opens its writer. See [`ShardPolicy`].
     pub shard_policy: ShardPolicy,
+    /// WAL → base merge.
+    pub merge: MergeSettings,
+    /// Base-table compaction.
+    pub compaction: CompactionSettings,
+    /// Key and vector indexes.
+    pub indexes: IndexSettings,
 }
 
 impl StoreConfig {
@@ -40,7 +46,28 @@ impl StoreConfig {
             schema: None,
             writer: WriterSettings::default(),
             shard_policy: ShardPolicy::SingleWriter,
+            merge: MergeSettings::default(),
+            compaction: CompactionSettings::default(),
+            indexes: IndexSettings::default(),
         }
+    }
+
+    /// Set the merge settings.
+    pub fn with_merge(mut self, merge: MergeSettings) -> Self {
+        self.merge = merge;
+        self
+    }
+
+    /// Set the compaction settings.
+    pub fn with_compaction(mut self, compaction: CompactionSettings) -> Self {
+        self.compaction = compaction;
+        self
+    }
+
+    /// Set the index settings.
+    pub fn with_indexes(mut self, indexes: IndexSettings) -> Self {
+        self.indexes = indexes;
+        self
     }
 
     /// Set the logical schema.
@@ -124,4 +151,118 @@ impl Default for WriterSettings {
             max_unflushed_bytes: 1 << 30,
         }
     }
+}
+
+/// WAL → base merge settings.
+#[derive(Debug, Clone)]
+pub struct MergeSettings {
+    /// Bytes of rows the merge holds in memory at once. A merge of more is done
+    /// in several passes; only the last one records the generations as merged.
+    pub batch_budget_bytes: usize,
+    /// Merge when this instance's shard has at least this many unmerged
+    /// generations (checked after each add). `None` = no count trigger.
+    pub generation_threshold: Option<usize>,
+    /// Merge every this often in the background. `None` = no time trigger.
+    pub interval: Option<Duration>,
+    /// How long merged generations and replayed WAL entries are kept after the
+    /// merge, for readers still holding an older snapshot.
+    pub cleanup_grace: Duration,
+}
+
+impl Default for MergeSettings {
+    fn default() -> Self {
+        Self {
+            batch_budget_bytes: 64 << 20,
+            generation_threshold: Some(16),
+            interval: Some(Duration::from_secs(30)),
+            cleanup_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Compaction settings (Lance fragment compaction of the base table).
+#[derive(Debug, Clone)]
+pub struct CompactionSettings {
+    /// Fragments smaller than this are candidates.
+    pub target_rows_per_fragment: usize,
+    /// Rows per group in rewritten files.
+    pub max_rows_per_group: usize,
+    /// Rewrite fragments whose deleted fraction exceeds `deletion_threshold`.
+    pub materialize_deletions: bool,
+    /// See `materialize_deletions`.
+    pub deletion_threshold: f32,
+    /// Check every this often in the background. `None` = no background task.
+    pub interval: Option<Duration>,
+    /// The background task compacts when there are at least this many fragments…
+    pub min_fragments: usize,
+    /// …or when at least this fraction of fragments is small.
+    pub small_fragment_ratio: f32,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        Self {
+            target_rows_per_fragment: 1_000_000,
+            max_rows_per_group: 1024,
+            materialize_deletions: true,
+            deletion_threshold: 0.1,
+            interval: Some(Duration::from_secs(300)),
+            min_fragments: 5,
+            small_fragment_ratio: 0.5,
+        }
+    }
+}
+
+/// The key column's scalar index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyIndex {
+    /// No key index (point lookups scan the base table).
+    None,
+    /// A BTree (exact lookups; the default).
+    #[default]
+    BTree,
+    /// A ZoneMap (small, coarse pruning).
+    ZoneMap,
+}
+
+/// Distance metric of a vector column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Euclidean distance.
+    L2,
+    /// 1 − cosine similarity.
+    Cosine,
+    /// Negative dot product.
+    Dot,
+}
+
+/// Kind of vector index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorIndexKind {
+    /// IVF partitions with product quantisation.
+    IvfPq,
+    /// IVF partitions with an HNSW graph per partition (PQ-compressed).
+    IvfHnswPq,
+}
+
+/// A declared vector column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorColumn {
+    /// Column name (FixedSizeList<Float32, dimension>).
+    pub column: String,
+    /// Vector dimension.
+    pub dimension: usize,
+    /// Distance metric.
+    pub metric: Metric,
+    /// Index kind built by `build_vector_index`.
+    pub kind: VectorIndexKind,
+}
+
+/// Index settings.
+#[derive(Debug, Clone, Default)]
+pub struct IndexSettings {
+    /// The key column's index, ensured on open and after compaction and merge.
+    pub key_index: KeyIndex,
+    /// Vector columns, indexed on request.
+    pub vector_columns: Vec<VectorColumn>,
 }

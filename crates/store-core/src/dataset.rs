@@ -50,7 +50,7 @@ impl Opener {
         &self.uri
     }
 
-    fn store_params(&self) -> ObjectStoreParams {
+    pub fn store_params(&self) -> ObjectStoreParams {
         ObjectStoreParams {
             storage_options_accessor: (!self.storage_options.is_empty()).then(|| {
                 Arc::new(StorageOptionsAccessor::with_static_options(

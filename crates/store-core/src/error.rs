@@ -191,6 +191,10 @@ pub enum Error {
     #[error("busy: {message}")]
     Busy { message: String },
 
+    /// Another compaction of this store is running; this one did nothing.
+    #[error("a compaction of this store is already running")]
+    CompactionInProgress,
+
     /// A concurrent commit won; retry.
     #[error("commit conflict: {message}")]
     Conflict { message: String },
@@ -219,9 +223,10 @@ impl Error {
             Self::InvalidBatch { .. } | Self::InvalidArgument { .. } => ErrorKind::InvalidInput,
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,
-            Self::Fenced { .. } | Self::ShardConflict { .. } | Self::Conflict { .. } => {
-                ErrorKind::Conflict
-            }
+            Self::Fenced { .. }
+            | Self::ShardConflict { .. }
+            | Self::Conflict { .. }
+            | Self::CompactionInProgress => ErrorKind::Conflict,
             Self::Busy { .. } => ErrorKind::Busy,
             Self::WriterUnavailable { .. } => ErrorKind::Unavailable,
             Self::Storage { .. } => ErrorKind::Storage,

@@ -56,15 +56,24 @@
 mod config;
 mod conform;
 mod dataset;
+mod engine;
 mod error;
 mod id;
+mod merge;
 mod read;
 mod store;
 mod writer;
 
-pub use config::{ShardPolicy, StoreConfig, WriterSettings};
+pub use config::{
+    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, ShardPolicy, StoreConfig,
+    VectorColumn, VectorIndexKind, WriterSettings,
+};
+pub use engine::{CompactionStats, IndexStats, StoreStats};
 pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
 pub use id::{generate_id, shard_id_for_instance};
+#[cfg(feature = "failpoints")]
+pub use merge::MergeFailpoint;
+pub use merge::MergeStats;
 pub use read::{BatchStream, ScanRequest, SortKey};
 pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
 pub use writer::AddOutcome;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Float32Array, RecordBatch};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::common::Column;
 use datafusion::logical_expr::{Expr, lit};
@@ -24,11 +24,13 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
-use lance::dataset::mem_wal::scanner::{SsTableCache, parse_filter_expr};
+use lance::dataset::mem_wal::scanner::{DISTANCE_COLUMN, SsTableCache, parse_filter_expr};
 use lance::dataset::mem_wal::{DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot};
 use lance::deps::datafusion;
+use lance_linalg::distance::DistanceType;
 use uuid::Uuid;
 
+use crate::config::{Metric, VectorColumn};
 use crate::conform::Schemas;
 use crate::error::{Error, LanceResultExt, Result};
 
@@ -380,4 +382,55 @@ pub(crate) async fn plan_lookup(
         .create_plan()
         .await
         .ctx("planning the point lookup")
+}
+
+/// Nearest neighbours of `query` in a declared vector column, across the base
+/// table (its vector index when it has one) and every unmerged generation.
+pub(crate) async fn nearest(
+    view: &ReadView,
+    schemas: &Schemas,
+    declared: &VectorColumn,
+    query: &[f32],
+    k: usize,
+    filter: Option<&str>,
+) -> Result<RecordBatch> {
+    let metric = match declared.metric {
+        Metric::L2 => DistanceType::L2,
+        Metric::Cosine => DistanceType::Cosine,
+        Metric::Dot => DistanceType::Dot,
+    };
+    let key = Float32Array::from(query.to_vec());
+    let mut scanner = view
+        .scanner(&schemas.key)
+        .project(&schemas.readable_columns())
+        .map_err(|e| Error::from_lance("projecting", None, e))?
+        .nearest(&declared.column, &key, k)
+        .map_err(|e| Error::invalid_argument(format!("vector search: {e}")))?
+        .distance_metric(metric);
+    if let Some(filter) = filter {
+        let expr = parse_filter_expr(&schemas.stored, filter)
+            .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?;
+        scanner = scanner.filter_expr(expr);
+    }
+    let found = scanner.try_into_batch().await.ctx("vector search")?;
+    let mut out = schemas.conform_for_read(&found, None)?;
+    if let Some(distance) = found.column_by_name(DISTANCE_COLUMN) {
+        let mut fields: Vec<arrow_schema::FieldRef> =
+            out.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(arrow_schema::Field::new(
+            DISTANCE_COLUMN,
+            distance.data_type().clone(),
+            true,
+        )));
+        let mut columns = out.columns().to_vec();
+        columns.push(distance.clone());
+        out = RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new_with_metadata(
+                fields,
+                out.schema().metadata().clone(),
+            )),
+            columns,
+        )?;
+    }
+    Ok(out)
 }

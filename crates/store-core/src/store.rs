@@ -15,10 +15,14 @@ use uuid::Uuid;
 use crate::config::{ShardPolicy, StoreConfig};
 use crate::conform::Schemas;
 use crate::dataset::{Opener, ensure_mem_wal};
+use crate::engine::{Background, CompactionState, CompactionStats, Engine, Settings, StoreStats};
 use crate::error::{Error, Result};
 use crate::id::shard_id_for_instance;
+#[cfg(feature = "failpoints")]
+use crate::merge::MergeFailpoint;
+use crate::merge::{MergeState, MergeStats};
 use crate::read::{
-    BatchStream, ReadView, ScanRequest, collect, execute, plan_lookup, plan_scan, shard_snapshots,
+    BatchStream, ScanRequest, collect, execute, plan_lookup, plan_scan, shard_snapshots,
 };
 use crate::writer::{AddOutcome, Writer};
 
@@ -33,24 +37,19 @@ pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
 /// Cheap to share behind an `Arc`; every method takes `&self` and is safe to
 /// call concurrently.
 pub struct Store {
-    opener: Opener,
+    engine: Arc<Engine>,
     schemas: Schemas,
     instance_id: String,
-    dataset: RwLock<Arc<Dataset>>,
-    /// Generation datasets stay open between reads (their paths are immutable).
-    generations: Arc<SsTableCache>,
-    shard: Uuid,
-    /// `None` for a read-only store.
-    writer: Option<Writer>,
+    background: std::sync::Mutex<Option<Background>>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("opener", &self.opener)
+            .field("opener", &self.engine.opener)
             .field("instance_id", &self.instance_id)
-            .field("shard", &self.shard)
-            .field("read_only", &self.writer.is_none())
+            .field("shard", &self.engine.shard)
+            .field("read_only", &self.engine.writer.is_none())
             .finish_non_exhaustive()
     }
 }
@@ -134,14 +133,35 @@ impl Store {
             true => Some(Writer::open(&dataset, shard, config.writer.clone()).await?),
             false => None,
         };
-        Ok(Self {
+        let engine = Arc::new(Engine {
             opener,
-            schemas,
-            instance_id: config.instance_id,
+            key: schemas.key.clone(),
             dataset: RwLock::new(Arc::new(dataset)),
             generations: Arc::new(SsTableCache::new(GENERATION_CACHE_ENTRIES)),
             shard,
             writer,
+            settings: Settings {
+                merge: config.merge.clone(),
+                compaction: config.compaction.clone(),
+                indexes: config.indexes.clone(),
+            },
+            merge_state: MergeState::default(),
+            compaction_state: CompactionState::default(),
+            kick: tokio::sync::Notify::new(),
+            last_background_error: std::sync::Mutex::new(None),
+        });
+        let background = match writable {
+            true => {
+                engine.ensure_key_index().await?;
+                Background::start(&engine)
+            }
+            false => None,
+        };
+        Ok(Self {
+            engine,
+            schemas,
+            instance_id: config.instance_id,
+            background: std::sync::Mutex::new(background),
         })
     }
 
@@ -162,7 +182,7 @@ impl Store {
 
     /// The dataset URI.
     pub fn uri(&self) -> &str {
-        self.opener.uri()
+        self.engine.opener.uri()
     }
 
     /// This instance's id.
@@ -172,20 +192,12 @@ impl Store {
 
     /// This instance's MemWAL shard.
     pub fn shard_id(&self) -> Uuid {
-        self.shard
+        self.engine.shard
     }
 
     /// Whether this store was opened without a writer.
     pub fn is_read_only(&self) -> bool {
-        self.writer.is_none()
-    }
-
-    fn writer(&self) -> Result<&Writer> {
-        self.writer
-            .as_ref()
-            .ok_or_else(|| Error::WriterUnavailable {
-                message: "the store was opened read-only".to_string(),
-            })
+        self.engine.writer.is_none()
     }
 
     /// Add rows. When this returns `Ok`, the rows are durable (in the shard's WAL
@@ -199,46 +211,123 @@ impl Store {
     /// keys are rejected with [`Error::InvalidBatch`] naming the column and row.
     /// A rejected batch writes nothing.
     pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome> {
-        let writer = self.writer()?;
+        let writer = self.engine.writer()?;
         let conformed = self.schemas.conform_for_write(batch)?;
+        let outcome = writer
+            .add(conformed, || self.engine.reopen_for_writer())
+            .await?;
+        self.engine.kick.notify_one();
+        Ok(outcome)
+    }
+
+    /// Delete rows by key: a tombstone per key, newest-wins like an add, so the
+    /// key reads as absent from every reader when this returns (durable and
+    /// visible, as for [`Self::add`]); the next merge removes it from the base
+    /// table. Returns the number of keys given. Deleting an absent key is not
+    /// an error; adding the key again later makes it live again.
+    pub async fn delete(&self, ids: &[&str]) -> Result<usize> {
+        let writer = self.engine.writer()?;
+        if ids.is_empty() {
+            return Err(Error::batch(crate::error::BatchProblem::EmptyBatch));
+        }
+        if let Some(row) = ids.iter().position(|id| id.is_empty()) {
+            return Err(Error::batch(crate::error::BatchProblem::EmptyKey {
+                column: self.schemas.key.clone(),
+                row,
+            }));
+        }
+        let key_field = self
+            .schemas
+            .stored
+            .field_with_name(&self.schemas.key)
+            .map_err(|_| Error::internal("the stored schema lost its key column"))?
+            .clone();
+        let keys = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![key_field])),
+            vec![Arc::new(StringArray::from_iter_values(ids.iter().copied()))],
+        )?;
         writer
-            .add(conformed, || async {
-                let mut ds = self.opener.open().await?;
-                ensure_mem_wal(&mut ds).await?;
-                Ok(ds)
-            })
-            .await
+            .delete(keys, || self.engine.reopen_for_writer())
+            .await?;
+        self.engine.kick.notify_one();
+        Ok(ids.len())
+    }
+
+    /// Fold this instance's unmerged generations into the base table now
+    /// (streaming, atomic, idempotent; see the crate docs), then clean up
+    /// generations merged at least `cleanup_grace` ago.
+    pub async fn merge(&self) -> Result<MergeStats> {
+        self.engine.merge(None).await
+    }
+
+    /// [`Self::merge`], stopping with an error at `failpoint` (crash tests).
+    #[cfg(feature = "failpoints")]
+    pub async fn merge_failing_at(&self, failpoint: MergeFailpoint) -> Result<MergeStats> {
+        self.engine.merge(Some(failpoint)).await
+    }
+
+    /// Compact the base table's fragments (Lance compaction, index remap
+    /// deferred), then re-ensure the indexes. A concurrent request gets
+    /// [`Error::CompactionInProgress`].
+    pub async fn compact(&self) -> Result<CompactionStats> {
+        self.engine.compact().await
+    }
+
+    /// Build the index of a declared vector column (IVF-PQ or IVF-HNSW-PQ, with
+    /// the column's metric) over the base table. Merge first: rows still in
+    /// generations are searched by brute force until they are merged.
+    pub async fn build_vector_index(&self, column: &str) -> Result<()> {
+        self.engine.build_vector_index(column).await
+    }
+
+    /// The `k` rows nearest to `query` in a declared vector column, by the
+    /// column's metric, with a `_distance` column; `filter` is applied first.
+    pub async fn nearest(
+        &self,
+        column: &str,
+        query: &[f32],
+        k: usize,
+        filter: Option<&str>,
+    ) -> Result<RecordBatch> {
+        let view = self.engine.view().await?;
+        let declared = self
+            .engine
+            .settings
+            .indexes
+            .vector_columns
+            .iter()
+            .find(|v| v.column == column)
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("'{column}' is not a declared vector column"))
+            })?;
+        if query.len() != declared.dimension {
+            return Err(Error::invalid_argument(format!(
+                "query has {} dimensions, column '{column}' has {}",
+                query.len(),
+                declared.dimension
+            )));
+        }
+        crate::read::nearest(&view, &self.schemas, declared, query, k, filter).await
+    }
+
+    /// Operator statistics: rows, fragments, pending generations, indexes and
+    /// their coverage, last merge and compaction.
+    pub async fn stats(&self) -> Result<StoreStats> {
+        self.engine.stats().await
     }
 
     /// Take the shard back after [`Error::Fenced`]: claims a new epoch (replaying
     /// the WAL) and clears the latch. Only call this when this instance is the
     /// rightful owner; the other writer is fenced in turn.
     pub async fn reclaim(&self) -> Result<()> {
-        let writer = self.writer()?;
-        let dataset = self.opener.open().await?;
+        let writer = self.engine.writer()?;
+        let dataset = self.engine.opener.open().await?;
         writer.reclaim(&dataset).await
-    }
-
-    async fn view(&self) -> Result<ReadView> {
-        let current = self.dataset.read().await.clone();
-        let fresh = self.opener.refresh(&current).await?;
-        if !Arc::ptr_eq(&fresh, &current) {
-            let mut slot = self.dataset.write().await;
-            if slot.version().version < fresh.version().version {
-                *slot = fresh.clone();
-            }
-        }
-        let shards = shard_snapshots(&fresh).await?;
-        Ok(ReadView {
-            dataset: fresh,
-            shards,
-            generations: self.generations.clone(),
-        })
     }
 
     /// Scan as a stream of batches in the logical schema.
     pub async fn scan_stream(&self, request: ScanRequest) -> Result<BatchStream> {
-        let view = self.view().await?;
+        let view = self.engine.view().await?;
         let (plan, projection) = plan_scan(&view, &self.schemas, &request).await?;
         execute(plan, self.schemas.clone(), projection)
     }
@@ -252,7 +341,7 @@ impl Store {
 
     /// The plan a scan would run, for operators (`EXPLAIN`).
     pub async fn explain(&self, request: ScanRequest) -> Result<String> {
-        let view = self.view().await?;
+        let view = self.engine.view().await?;
         let (plan, _) = plan_scan(&view, &self.schemas, &request).await?;
         Ok(displayable(plan.as_ref()).indent(true).to_string())
     }
@@ -289,7 +378,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(RecordBatch::new_empty(schema));
         }
-        let view = self.view().await?;
+        let view = self.engine.view().await?;
         let plan = plan_lookup(&view, &self.schemas, ids, projection).await?;
         let batches = collect(execute(
             plan,
@@ -305,7 +394,7 @@ impl Store {
     /// (concurrent adds share one); until they are merged into the base table
     /// each read opens all of them.
     pub async fn wal_status(&self) -> Result<WalStatus> {
-        let view = self.view().await?;
+        let view = self.engine.view().await?;
         Ok(WalStatus {
             shard: self.shard_id(),
             unmerged_generations: view
@@ -319,7 +408,15 @@ impl Store {
     /// Flush and release the writer. Reads keep working; adds fail with
     /// [`Error::WriterUnavailable`].
     pub async fn close(&self) -> Result<()> {
-        match &self.writer {
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(background) = background {
+            background.stop().await;
+        }
+        match &self.engine.writer {
             Some(writer) => writer.close().await,
             None => Ok(()),
         }
@@ -335,7 +432,15 @@ impl Drop for Store {
     fn drop(&mut self) {
         // Never blocks: every acknowledged row is already in a generation, so
         // only the writer's background tasks need stopping.
-        if let Some(writer) = &self.writer {
+        if let Some(background) = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            background.abort();
+        }
+        if let Some(writer) = &self.engine.writer {
             writer.abort_detached();
         }
     }

@@ -25,11 +25,15 @@
 //! visible (the new owner replays the WAL): treat it as "outcome unknown" and
 //! re-add the same keys, which is idempotent under newest-wins.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
 use lance::Dataset;
-use lance::dataset::mem_wal::{DatasetMemWalExt, ShardWriter, ShardWriterConfig};
+use lance::dataset::mem_wal::{
+    DatasetMemWalExt, ShardManifestStore, ShardWriter, ShardWriterConfig,
+};
+use lance_index::mem_wal::ShardManifest;
 use tokio::sync::{Mutex, RwLock};
 use uuid::Uuid;
 
@@ -54,6 +58,12 @@ pub(crate) struct Writer {
     tickets: AtomicU64,
     /// The highest ticket known visible (all puts up to it are in a generation).
     visible: Mutex<u64>,
+}
+
+#[derive(Clone, Copy)]
+enum WriteOp<'a> {
+    Put(&'a [RecordBatch]),
+    Delete(&'a RecordBatch),
 }
 
 impl std::fmt::Debug for Writer {
@@ -132,13 +142,32 @@ impl Writer {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Dataset>>,
     {
-        self.check_latch()?;
         let rows = batch.num_rows();
         let chunks = split(&batch, self.settings.max_memtable_rows);
+        self.write(WriteOp::Put(&chunks), reopen).await?;
+        Ok(AddOutcome { rows })
+    }
+
+    /// Delete the keys in `keys` (a batch holding the key column): a tombstone
+    /// per key, durable and visible on return like an add.
+    pub async fn delete<F, Fut>(&self, keys: RecordBatch, reopen: F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Dataset>>,
+    {
+        self.write(WriteOp::Delete(&keys), reopen).await
+    }
+
+    async fn write<F, Fut>(&self, op: WriteOp<'_>, reopen: F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Dataset>>,
+    {
+        self.check_latch()?;
         let mut retried = false;
         loop {
-            match self.put_and_publish(&chunks).await {
-                Ok(()) => return Ok(AddOutcome { rows }),
+            match self.put_and_publish(op).await {
+                Ok(()) => return Ok(()),
                 Err(Error::Fenced {
                     reason: FenceReason::PersistenceFailure,
                     ..
@@ -156,16 +185,26 @@ impl Writer {
         }
     }
 
-    async fn put_and_publish(&self, chunks: &[RecordBatch]) -> Result<()> {
+    async fn put_and_publish(&self, op: WriteOp<'_>) -> Result<()> {
         let guard = self.inner.read().await;
         let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
             message: "the store is closed".to_string(),
         })?;
-        for chunk in chunks {
-            writer
-                .put(vec![chunk.clone()])
-                .await
-                .map_err(|e| self.classify("writing to the WAL", e))?;
+        match op {
+            WriteOp::Put(chunks) => {
+                for chunk in chunks {
+                    writer
+                        .put(vec![chunk.clone()])
+                        .await
+                        .map_err(|e| self.classify("writing to the WAL", e))?;
+                }
+            }
+            WriteOp::Delete(keys) => {
+                writer
+                    .delete(vec![keys.clone()])
+                    .await
+                    .map_err(|e| self.classify("writing tombstones to the WAL", e))?;
+            }
         }
         let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
         let mut visible = self.visible.lock().await;
@@ -224,6 +263,23 @@ impl Writer {
             .close()
             .await
             .map_err(|e| self.classify("closing the shard writer", e))
+    }
+
+    /// The shard's manifest store, the writer's epoch and its latest manifest:
+    /// what the merge's cleanup needs to commit a manifest update under this
+    /// writer's epoch.
+    pub async fn manifest_access(
+        &self,
+    ) -> Result<(Arc<ShardManifestStore>, u64, Option<ShardManifest>)> {
+        let guard = self.inner.read().await;
+        let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
+            message: "the store is closed".to_string(),
+        })?;
+        let manifest = writer
+            .manifest()
+            .await
+            .map_err(|e| self.classify("reading the shard manifest", e))?;
+        Ok((writer.manifest_store(), writer.epoch(), manifest))
     }
 
     /// Best effort for `Drop`: stop the writer's background tasks without I/O.

@@ -1,0 +1,559 @@
+//! The shared state behind a [`crate::Store`] and its maintenance: merge,
+//! compaction, indexes, stats, and the background task that triggers them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use lance::Dataset;
+use lance::dataset::mem_wal::scanner::SsTableCache;
+use lance::dataset::optimize::{CompactionOptions, compact_files};
+use lance::index::DatasetIndexExt;
+use lance::index::vector::VectorIndexParams;
+use lance_index::IndexType;
+use lance_index::optimize::OptimizeOptions;
+use lance_index::scalar::ScalarIndexParams;
+use lance_linalg::distance::MetricType;
+use roaring::RoaringBitmap;
+use tokio::sync::{Mutex, Notify, RwLock};
+use uuid::Uuid;
+
+use crate::config::{
+    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, VectorIndexKind,
+};
+use crate::dataset::{Opener, ensure_mem_wal};
+use crate::error::{Error, LanceResultExt, Result};
+use crate::merge::{MergeContext, MergeFailpoint, MergeState, MergeStats, merge_shard};
+use crate::read::{ReadView, shard_snapshots};
+use crate::writer::Writer;
+
+/// Settings the maintenance needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub merge: MergeSettings,
+    pub compaction: CompactionSettings,
+    pub indexes: IndexSettings,
+}
+
+/// Compaction bookkeeping.
+#[derive(Debug, Default)]
+pub(crate) struct CompactionState {
+    running: Mutex<()>,
+    last: std::sync::Mutex<Option<SystemTime>>,
+    total: AtomicU64,
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    /// Fragments rewritten away.
+    pub fragments_removed: usize,
+    /// Fragments written.
+    pub fragments_added: usize,
+    /// Data and deletion files removed.
+    pub files_removed: usize,
+    /// Data files added.
+    pub files_added: usize,
+}
+
+/// One index, as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Index name.
+    pub name: String,
+    /// Indexed columns.
+    pub columns: Vec<String>,
+    /// Kind (`BTree`, `ZoneMap`, `Vector`, …) from the index's details type.
+    pub kind: String,
+    /// Fragments of the base table the index does not cover (their rows are
+    /// still found, by scanning).
+    pub unindexed_fragments: usize,
+    /// Whether the index covers every row of the base table.
+    pub covers_all_rows: bool,
+}
+
+/// Operator statistics of a store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreStats {
+    /// Dataset version.
+    pub version: u64,
+    /// Rows in the base table (excluding unmerged generations).
+    pub rows_in_base: u64,
+    /// Fragments of the base table.
+    pub fragments: usize,
+    /// Fragments smaller than the compaction target.
+    pub small_fragments: usize,
+    /// Unmerged generations per shard.
+    pub pending_generations: Vec<(Uuid, usize)>,
+    /// Indexes of the base table (system indexes left out).
+    pub indexes: Vec<IndexStats>,
+    /// Last merge finished by this instance.
+    pub last_merge: Option<SystemTime>,
+    /// Last compaction finished by this instance.
+    pub last_compaction: Option<SystemTime>,
+    /// Compactions finished by this instance.
+    pub compactions: u64,
+    /// The last error of a background merge or compaction, if any.
+    pub last_background_error: Option<String>,
+}
+
+pub(crate) struct Engine {
+    pub opener: Opener,
+    pub key: String,
+    pub dataset: RwLock<Arc<Dataset>>,
+    pub generations: Arc<SsTableCache>,
+    pub shard: Uuid,
+    pub writer: Option<Writer>,
+    pub settings: Settings,
+    pub merge_state: MergeState,
+    pub compaction_state: CompactionState,
+    /// Wakes the background task after an add (count trigger).
+    pub kick: Notify,
+    pub last_background_error: std::sync::Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("opener", &self.opener)
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub fn writer(&self) -> Result<&Writer> {
+        self.writer
+            .as_ref()
+            .ok_or_else(|| Error::WriterUnavailable {
+                message: "the store was opened read-only".to_string(),
+            })
+    }
+
+    /// The newest base version, kept as this store's handle.
+    pub async fn fresh_dataset(&self) -> Result<Arc<Dataset>> {
+        let current = self.dataset.read().await.clone();
+        let fresh = self.opener.refresh(&current).await?;
+        if !Arc::ptr_eq(&fresh, &current) {
+            self.publish(fresh.clone()).await;
+        }
+        Ok(fresh)
+    }
+
+    async fn publish(&self, dataset: Arc<Dataset>) {
+        let mut slot = self.dataset.write().await;
+        if slot.version().version < dataset.version().version {
+            *slot = dataset;
+        }
+    }
+
+    /// A consistent read view: base snapshot, then shard manifests.
+    pub async fn view(&self) -> Result<ReadView> {
+        let dataset = self.fresh_dataset().await?;
+        let shards = shard_snapshots(&dataset).await?;
+        Ok(ReadView {
+            dataset,
+            shards,
+            generations: self.generations.clone(),
+        })
+    }
+
+    /// A fresh dataset for the writer's persistence-failure retry.
+    pub async fn reopen_for_writer(&self) -> Result<Dataset> {
+        let mut dataset = self.opener.open().await?;
+        ensure_mem_wal(&mut dataset).await?;
+        Ok(dataset)
+    }
+
+    /// Merge this instance's shard into the base table (see [`crate::merge`]).
+    pub async fn merge(&self, fail_at: Option<MergeFailpoint>) -> Result<MergeStats> {
+        let writer = self.writer()?;
+        let dataset = self.fresh_dataset().await?;
+        let stats = merge_shard(MergeContext {
+            dataset,
+            key: &self.key,
+            shard: self.shard,
+            writer,
+            settings: &self.settings.merge,
+            store_params: self.opener.store_params(),
+            generations: self.generations.clone(),
+            state: &self.merge_state,
+            fail_at,
+        })
+        .await?;
+        if stats.generations_merged > 0 {
+            // New base fragments: bring the indexes over them.
+            self.refresh_indexes().await?;
+        }
+        Ok(stats)
+    }
+
+    /// Unmerged generations of this instance's shard.
+    pub async fn own_pending_generations(&self) -> Result<usize> {
+        let dataset = self.fresh_dataset().await?;
+        Ok(shard_snapshots(&dataset)
+            .await?
+            .iter()
+            .find(|s| s.snapshot.shard_id == self.shard)
+            .map(|s| s.unmerged)
+            .unwrap_or(0))
+    }
+
+    /// Compact the base table's fragments. A second concurrent request gets
+    /// [`Error::CompactionInProgress`].
+    pub async fn compact(&self) -> Result<CompactionStats> {
+        let _one = self
+            .compaction_state
+            .running
+            .try_lock()
+            .map_err(|_| Error::CompactionInProgress)?;
+        let settings = &self.settings.compaction;
+        let mut dataset = self.fresh_dataset().await?.as_ref().clone();
+        let metrics = compact_files(
+            &mut dataset,
+            CompactionOptions {
+                target_rows_per_fragment: settings.target_rows_per_fragment,
+                max_rows_per_group: settings.max_rows_per_group,
+                materialize_deletions: settings.materialize_deletions,
+                materialize_deletions_threshold: settings.deletion_threshold,
+                // The MemWAL index cannot be remapped inline.
+                defer_index_remap: true,
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .map_err(|e| Error::from_lance("compacting the base table", None, e))?;
+        self.publish(Arc::new(dataset)).await;
+        self.refresh_indexes().await?;
+        *self
+            .compaction_state
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
+        self.compaction_state.total.fetch_add(1, Ordering::SeqCst);
+        Ok(CompactionStats {
+            fragments_removed: metrics.fragments_removed,
+            fragments_added: metrics.fragments_added,
+            files_removed: metrics.files_removed,
+            files_added: metrics.files_added,
+        })
+    }
+
+    fn key_index_name(&self) -> String {
+        format!("{}_idx", self.key)
+    }
+
+    /// Create the key column's index if it is configured and missing. A table
+    /// with no rows yet gets it on the first merge.
+    pub async fn ensure_key_index(&self) -> Result<()> {
+        let (index_type, params) = match self.settings.indexes.key_index {
+            KeyIndex::None => return Ok(()),
+            KeyIndex::BTree => (IndexType::BTree, ScalarIndexParams::default()),
+            KeyIndex::ZoneMap => (
+                IndexType::ZoneMap,
+                ScalarIndexParams::new("zonemap".to_string()),
+            ),
+        };
+        let dataset = self.fresh_dataset().await?;
+        let name = self.key_index_name();
+        let existing = dataset
+            .load_indices_by_name(&name)
+            .await
+            .ctx("listing indexes")?;
+        if !existing.is_empty() || dataset.count_rows(None).await.ctx("counting rows")? == 0 {
+            return Ok(());
+        }
+        let mut dataset = dataset.as_ref().clone();
+        dataset
+            .create_index(&[self.key.as_str()], index_type, Some(name), &params, false)
+            .await
+            .map_err(|e| Error::from_lance("creating the key index", None, e))?;
+        self.publish(Arc::new(dataset)).await;
+        Ok(())
+    }
+
+    /// After a merge or compaction: create the key index if missing, and extend
+    /// every index over fragments it does not cover yet.
+    pub async fn refresh_indexes(&self) -> Result<()> {
+        self.ensure_key_index().await?;
+        let dataset = self.fresh_dataset().await?;
+        let stats = index_stats(&dataset).await?;
+        if stats.iter().all(|s| s.covers_all_rows) {
+            return Ok(());
+        }
+        let mut dataset = dataset.as_ref().clone();
+        dataset
+            .optimize_indices(&OptimizeOptions::append())
+            .await
+            .map_err(|e| Error::from_lance("extending indexes over new fragments", None, e))?;
+        self.publish(Arc::new(dataset)).await;
+        Ok(())
+    }
+
+    /// Build (or rebuild) the index of a declared vector column.
+    pub async fn build_vector_index(&self, column: &str) -> Result<()> {
+        let declared = self
+            .settings
+            .indexes
+            .vector_columns
+            .iter()
+            .find(|v| v.column == column)
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("'{column}' is not a declared vector column"))
+            })?;
+        let metric = match declared.metric {
+            Metric::L2 => MetricType::L2,
+            Metric::Cosine => MetricType::Cosine,
+            Metric::Dot => MetricType::Dot,
+        };
+        let dataset = self.fresh_dataset().await?;
+        let rows = dataset.count_rows(None).await.ctx("counting rows")?;
+        if rows == 0 {
+            return Err(Error::invalid_argument(
+                "the base table has no rows to train a vector index on; merge first",
+            ));
+        }
+        // Partitions ~ sqrt(rows), at least 1; sub-vectors must divide the dimension.
+        let partitions = ((rows as f64).sqrt() as usize).clamp(1, 256);
+        let sub_vectors = [16, 8, 4, 2, 1]
+            .into_iter()
+            .find(|s| declared.dimension % s == 0 && declared.dimension / s >= 1)
+            .unwrap_or(1);
+        let params = match declared.kind {
+            VectorIndexKind::IvfPq => {
+                VectorIndexParams::ivf_pq(partitions, 8, sub_vectors, metric, 50)
+            }
+            VectorIndexKind::IvfHnswPq => VectorIndexParams::with_ivf_hnsw_pq_params(
+                metric,
+                lance_index::vector::ivf::IvfBuildParams::new(partitions),
+                lance_index::vector::hnsw::builder::HnswBuildParams::default(),
+                lance_index::vector::pq::PQBuildParams::new(sub_vectors, 8),
+            ),
+        };
+        let mut dataset = dataset.as_ref().clone();
+        dataset
+            .create_index(
+                &[column],
+                IndexType::Vector,
+                Some(format!("{column}_idx")),
+                &params,
+                true,
+            )
+            .await
+            .map_err(|e| Error::from_lance("building the vector index", None, e))?;
+        self.publish(Arc::new(dataset)).await;
+        Ok(())
+    }
+
+    pub async fn stats(&self) -> Result<StoreStats> {
+        let dataset = self.fresh_dataset().await?;
+        let target = self.settings.compaction.target_rows_per_fragment;
+        let fragments = dataset.fragments();
+        let small = fragments
+            .iter()
+            .filter(|f| f.physical_rows.unwrap_or(0) < target)
+            .count();
+        let shards = shard_snapshots(&dataset).await?;
+        Ok(StoreStats {
+            version: dataset.version().version,
+            rows_in_base: dataset.count_rows(None).await.ctx("counting rows")? as u64,
+            fragments: fragments.len(),
+            small_fragments: small,
+            pending_generations: shards
+                .iter()
+                .map(|s| (s.snapshot.shard_id, s.unmerged))
+                .collect(),
+            indexes: index_stats(&dataset).await?,
+            last_merge: *self
+                .merge_state
+                .last_merge
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+            last_compaction: *self
+                .compaction_state
+                .last
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+            compactions: self.compaction_state.total.load(Ordering::SeqCst),
+            last_background_error: self
+                .last_background_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        })
+    }
+
+    fn record_background(&self, what: &str, result: Result<()>) {
+        if let Err(err) = result {
+            tracing::warn!(shard = %self.shard, "background {what} failed: {err}");
+            *self
+                .last_background_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(format!("{what}: {err}"));
+        }
+    }
+
+    /// Whether the background compaction should run now.
+    async fn compaction_due(&self) -> Result<bool> {
+        let dataset = self.fresh_dataset().await?;
+        let s = &self.settings.compaction;
+        let fragments = dataset.fragments();
+        if fragments.len() < 2 {
+            return Ok(false);
+        }
+        let small = fragments
+            .iter()
+            .filter(|f| f.physical_rows.unwrap_or(0) < s.target_rows_per_fragment)
+            .count();
+        Ok(fragments.len() >= s.min_fragments
+            || small as f32 / fragments.len() as f32 >= s.small_fragment_ratio)
+    }
+}
+
+/// Coverage of every user index.
+pub(crate) async fn index_stats(dataset: &Dataset) -> Result<Vec<IndexStats>> {
+    let indices = dataset.load_indices().await.ctx("listing indexes")?;
+    let existing: RoaringBitmap = dataset.fragments().iter().map(|f| f.id as u32).collect();
+    let mut by_name: HashMap<String, (Vec<String>, String, RoaringBitmap)> = HashMap::new();
+    for index in indices.iter() {
+        if index.name.starts_with("__") {
+            continue; // system indexes (MemWAL, fragment reuse)
+        }
+        let columns = index
+            .fields
+            .iter()
+            .filter_map(|id| dataset.schema().field_by_id(*id).map(|f| f.name.clone()))
+            .collect();
+        let kind = index
+            .index_details
+            .as_ref()
+            .map(|d| {
+                let name = d.type_url.rsplit('.').next().unwrap_or(&d.type_url);
+                name.trim_end_matches("IndexDetails").to_string()
+            })
+            .unwrap_or_else(|| "unknown".to_string());
+        let entry = by_name
+            .entry(index.name.clone())
+            .or_insert_with(|| (columns, kind, RoaringBitmap::new()));
+        if let Some(bitmap) = index.effective_fragment_bitmap(&existing) {
+            entry.2 |= bitmap;
+        }
+    }
+    let mut out: Vec<IndexStats> = by_name
+        .into_iter()
+        .map(|(name, (columns, kind, covered))| {
+            let unindexed = dataset
+                .fragments()
+                .iter()
+                .filter(|f| !covered.contains(f.id as u32))
+                .count();
+            IndexStats {
+                name,
+                columns,
+                kind,
+                unindexed_fragments: unindexed,
+                covers_all_rows: unindexed == 0,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The background maintenance task of a writable store.
+#[derive(Debug)]
+pub(crate) struct Background {
+    stop: Arc<Notify>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    /// Start the task when any trigger is configured.
+    pub fn start(engine: &Arc<Engine>) -> Option<Self> {
+        let merge = &engine.settings.merge;
+        let compaction = &engine.settings.compaction;
+        if merge.generation_threshold.is_none()
+            && merge.interval.is_none()
+            && compaction.interval.is_none()
+        {
+            return None;
+        }
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let stop = Arc::new(Notify::new());
+        let engine = engine.clone();
+        let task_stop = stop.clone();
+        let handle = handle.spawn(async move { run(engine, task_stop).await });
+        Some(Self { stop, handle })
+    }
+
+    /// Stop and wait for the task (a merge in progress finishes first).
+    pub async fn stop(self) {
+        self.stop.notify_one();
+        let _ = self.handle.await;
+    }
+
+    /// Stop without waiting (from `Drop`).
+    pub fn abort(self) {
+        self.handle.abort();
+    }
+}
+
+fn ticker(every: Option<Duration>) -> Option<tokio::time::Interval> {
+    every.map(|d| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + d, d);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    })
+}
+
+async fn tick(t: &mut Option<tokio::time::Interval>) {
+    match t {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
+    let mut merge_tick = ticker(engine.settings.merge.interval);
+    let mut compact_tick = ticker(engine.settings.compaction.interval);
+    loop {
+        tokio::select! {
+            _ = stop.notified() => break,
+            _ = engine.kick.notified() => {
+                let Some(threshold) = engine.settings.merge.generation_threshold else { continue };
+                let result = async {
+                    if engine.own_pending_generations().await? >= threshold {
+                        engine.merge(None).await?;
+                    }
+                    Ok(())
+                }.await;
+                engine.record_background("merge (generation count)", result);
+            }
+            _ = tick(&mut merge_tick) => {
+                let result = async {
+                    if engine.own_pending_generations().await? > 0 {
+                        engine.merge(None).await?;
+                    }
+                    Ok(())
+                }.await;
+                engine.record_background("merge (timer)", result);
+            }
+            _ = tick(&mut compact_tick) => {
+                let result = async {
+                    if engine.compaction_due().await? {
+                        match engine.compact().await {
+                            Ok(_) | Err(Error::CompactionInProgress) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Ok(())
+                }.await;
+                engine.record_background("compaction", result);
+            }
+        }
+    }
+}
