@@ -6,6 +6,7 @@ mod support;
 
 mod crash;
 mod fencing;
+mod maintenance;
 mod read;
 mod shards;
 mod storage_options;

@@ -210,6 +210,15 @@ impl Engine {
             .map_err(|_| Error::CompactionInProgress)?;
         let settings = &self.settings.compaction;
         let mut dataset = self.fresh_dataset().await?.as_ref().clone();
+        // Lance only compacts neighbouring fragments that the same index
+        // segments cover; the per-merge delta segments would keep every
+        // fragment apart, so fold each index into one segment first.
+        if has_delta_segments(&dataset).await? {
+            dataset
+                .optimize_indices(&OptimizeOptions::merge(usize::MAX))
+                .await
+                .map_err(|e| Error::from_lance("merging index segments", None, e))?;
+        }
         let metrics = compact_files(
             &mut dataset,
             CompactionOptions {
@@ -410,6 +419,16 @@ impl Engine {
         Ok(fragments.len() >= s.min_fragments
             || small as f32 / fragments.len() as f32 >= s.small_fragment_ratio)
     }
+}
+
+/// Whether any user index has more than one segment.
+async fn has_delta_segments(dataset: &Dataset) -> Result<bool> {
+    let indices = dataset.load_indices().await.ctx("listing indexes")?;
+    let mut seen = std::collections::HashSet::new();
+    Ok(indices
+        .iter()
+        .filter(|i| !i.name.starts_with("__"))
+        .any(|i| !seen.insert(i.name.clone())))
 }
 
 /// Coverage of every user index.

@@ -35,9 +35,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
 use arrow_schema::{Schema, SchemaRef};
-use arrow_select::concat::concat_batches;
+use arrow_select::take::take_record_batch;
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::mem_wal::scanner::SsTableCache;
@@ -239,52 +239,59 @@ async fn fold_range(
     let mut current = dataset.clone();
     let mut buffer: Vec<RecordBatch> = Vec::new();
     let mut buffered = 0usize;
-    let mut pending_batch: Option<RecordBatch> = None;
+    // A batch not yet fully taken, with its bytes per row measured before it
+    // was sliced (a slice reports its parent's whole buffers).
+    let mut pending_batch: Option<(RecordBatch, usize)> = None;
     // Deletes go first, in their own pass without the marker, unless there is
     // nothing else to commit (then they carry it).
     let mut deletes_done = deleted.is_empty();
     loop {
-        let next = match pending_batch.take() {
-            Some(b) => Some(b),
-            None => stream
+        let (batch, per_row) = match pending_batch.take() {
+            Some(pending) => pending,
+            None => match stream
                 .try_next()
                 .await
-                .map_err(|e| Error::internal(format!("reading the WAL range: {e}")))?,
+                .map_err(|e| Error::internal(format!("reading the WAL range: {e}")))?
+            {
+                None => break,
+                Some(b) if b.num_rows() == 0 => continue,
+                Some(b) => {
+                    let per_row = (b.get_array_memory_size() / b.num_rows()).max(1);
+                    (b, per_row)
+                }
+            },
         };
-        let Some(batch) = next else { break };
-        if batch.num_rows() == 0 {
-            continue;
-        }
-        // Copy the rows that fit into owned buffers so the budget is real.
-        let per_row = (batch.get_array_memory_size() / batch.num_rows()).max(1);
         let room = budget.saturating_sub(buffered);
-        let fit = (room / per_row).min(batch.num_rows());
-        if fit == 0 && !buffer.is_empty() {
+        let mut take = (room / per_row).clamp(1, batch.num_rows());
+        let (owned, size) = loop {
+            // `take` allocates compact buffers (a slice, or `concat` of one
+            // slice, would keep the scanner's whole batch alive).
+            let indices = UInt32Array::from_iter_values(0..take as u32);
+            let owned = take_record_batch(&batch, &indices)?;
+            let size = owned.get_array_memory_size();
+            if size <= room || take == 1 {
+                break (owned, size);
+            }
+            let scaled = (take as u128 * room as u128 / size as u128) as usize;
+            take = scaled.clamp(1, take - 1);
+        };
+        if size > room && !buffer.is_empty() {
+            // Not even one row fits next to what is held: commit it, then retry.
             if !deletes_done {
                 current = delete_pass(ctx, &current, &deleted, None, stats).await?;
                 deletes_done = true;
             }
             current = upsert_pass(ctx, &current, std::mem::take(&mut buffer), None, stats).await?;
             buffered = 0;
-            pending_batch = Some(batch);
+            pending_batch = Some((batch, per_row));
             continue;
         }
-        let take = fit.max(1);
-        let owned = concat_batches(&batch.schema(), [&batch.slice(0, take)])?;
-        let size = owned.get_array_memory_size();
-        if buffered + size > budget && !buffer.is_empty() {
-            if !deletes_done {
-                current = delete_pass(ctx, &current, &deleted, None, stats).await?;
-                deletes_done = true;
-            }
-            current = upsert_pass(ctx, &current, std::mem::take(&mut buffer), None, stats).await?;
-            buffered = 0;
-        }
+        // (A single row larger than the whole budget is taken alone.)
         buffered += size;
         stats.peak_buffered_bytes = stats.peak_buffered_bytes.max(buffered);
         buffer.push(owned);
         if take < batch.num_rows() {
-            pending_batch = Some(batch.slice(take, batch.num_rows() - take));
+            pending_batch = Some((batch.slice(take, batch.num_rows() - take), per_row));
         }
     }
     failpoint(ctx, MergeFailpoint::BeforeCommit)?;

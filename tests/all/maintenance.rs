@@ -1,0 +1,478 @@
+//! Maintenance: WAL → base merge (deletes, budget, cleanup, crash windows,
+//! triggers), compaction (and its single-compactor guard), indexes and stats.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use arrow_array::{Array, RecordBatch, StringArray};
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance_context_store::{
+    CompactionSettings, Error, ErrorKind, KeyIndex, MergeFailpoint, MergeSettings, ScanRequest,
+    SortKey, Store, StoreConfig,
+};
+
+use crate::support::*;
+
+/// No background triggers, immediate cleanup: tests drive maintenance.
+fn manual(uri: &str) -> StoreConfig {
+    config(uri)
+        .with_merge(MergeSettings {
+            generation_threshold: None,
+            interval: None,
+            cleanup_grace: Duration::ZERO,
+            ..MergeSettings::default()
+        })
+        .with_compaction(CompactionSettings {
+            interval: None,
+            ..CompactionSettings::default()
+        })
+}
+
+/// Every row of the base table read by plain Lance, ignoring the WAL.
+async fn base_rows(uri: &str) -> Vec<Row> {
+    let dataset = Dataset::open(uri).await.unwrap();
+    let batches: Vec<RecordBatch> = dataset
+        .scan()
+        .try_into_stream()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut rows: Vec<Row> = batches.iter().flat_map(decode).collect();
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    rows
+}
+
+/// Names of generation directories in the shard's WAL folder.
+fn generation_dirs(uri: &str, store: &Store) -> Vec<String> {
+    let dir = std::path::Path::new(uri)
+        .join("_mem_wal")
+        .join(store.shard_id().to_string());
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("_gen_"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn wal_files(uri: &str, store: &Store) -> usize {
+    let dir = std::path::Path::new(uri)
+        .join("_mem_wal")
+        .join(store.shard_id().to_string())
+        .join("wal");
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Twelve adds over 40 keys (later adds update earlier ones) and deletes; the
+/// reference is the newest version per key.
+async fn write_history(store: &Store) -> BTreeMap<String, Row> {
+    let mut reference = BTreeMap::new();
+    let mut rng = Lcg(11);
+    for round in 0..12 {
+        let mut rows = Vec::new();
+        let mut seen = HashSet::new();
+        for _ in 0..15 {
+            let key = format!("key-{:02}", rng.below(40));
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            let mut row = Row::new(key.clone(), &format!("round-{round}"), round * 100);
+            row.note = Some(format!("written in round {round}"));
+            reference.insert(key, row.clone());
+            rows.push(row);
+        }
+        store.add(&batch(&rows)).await.unwrap();
+        if round == 5 || round == 9 {
+            // Delete two keys; one of them is written again in a later round
+            // for round 5.
+            let victims: Vec<String> = reference.keys().take(2).cloned().collect();
+            let ids: Vec<&str> = victims.iter().map(String::as_str).collect();
+            store.delete(&ids).await.unwrap();
+            for v in &victims {
+                reference.remove(v);
+            }
+        }
+    }
+    reference
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_folds_every_generation_into_the_base_with_deletes() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    let reference = write_history(&store).await;
+    // A key deleted and then re-added stays alive.
+    store.delete(&["revived"]).await.unwrap();
+    store
+        .add(&batch(&[Row::new("revived", "back", 1)]))
+        .await
+        .unwrap();
+    let mut reference = reference;
+    reference.insert("revived".into(), Row::new("revived", "back", 1));
+
+    let want: Vec<Row> = reference.values().cloned().collect();
+    assert_eq!(
+        base_rows(&uri).await.len(),
+        0,
+        "nothing in the base before the merge"
+    );
+    let before = decode(
+        &store
+            .scan(ScanRequest::new().order_by(SortKey::asc("id")))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(before, want, "LSM reads before the merge");
+
+    let stats = store.merge().await.unwrap();
+    assert!(stats.generations_merged >= 13, "{stats:?}");
+    assert_eq!(stats.rows_upserted, want.len() as u64, "{stats:?}");
+
+    // A plain Lance reader that ignores the WAL sees every row, once, newest.
+    assert_eq!(base_rows(&uri).await, want);
+    // The store agrees, and nothing is pending any more.
+    let after = decode(
+        &store
+            .scan(ScanRequest::new().order_by(SortKey::asc("id")))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(after, want);
+    assert_eq!(generations(&store).await, 0);
+
+    // Deleting a key that lives in the base, then merging, removes it there.
+    let victim = want[3].id.clone();
+    store.delete(&[victim.as_str()]).await.unwrap();
+    assert!(
+        store.get(&victim).await.unwrap().is_none(),
+        "deleted before merge"
+    );
+    let stats = store.merge().await.unwrap();
+    assert_eq!(stats.keys_deleted, 1, "{stats:?}");
+    assert!(
+        store.get(&victim).await.unwrap().is_none(),
+        "still deleted after merge"
+    );
+    assert!(!base_rows(&uri).await.iter().any(|r| r.id == victim));
+    // A second merge with nothing new is a no-op.
+    let again = store.merge().await.unwrap();
+    assert_eq!(again.generations_merged, 0);
+    assert_eq!(base_rows(&uri).await.len(), want.len() - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_generations_are_cleaned_up_after_the_grace_period() {
+    let (_dir, uri) = temp_uri();
+    let grace = Duration::from_millis(1500);
+    let mut config = manual(&uri);
+    config.merge.cleanup_grace = grace;
+    let store = Store::create(config).await.unwrap();
+    for i in 0..5 {
+        store
+            .add(&batch(&rows(&format!("r{i}"), "g", 10)))
+            .await
+            .unwrap();
+    }
+    let before = generation_dirs(&uri, &store);
+    assert_eq!(before.len(), 5, "{before:?}");
+    assert!(wal_files(&uri, &store) >= 5);
+
+    let first = store.merge().await.unwrap();
+    assert_eq!(first.generations_merged, 5);
+    assert_eq!(
+        first.generations_removed, 0,
+        "inside the grace period nothing goes"
+    );
+    assert_eq!(generation_dirs(&uri, &store).len(), 5);
+    assert_eq!(store.count(None).await.unwrap(), 50);
+
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+    store.add(&batch(&rows("late", "g", 3))).await.unwrap();
+    let second = store.merge().await.unwrap();
+    assert_eq!(second.generations_merged, 1);
+    assert_eq!(second.generations_removed, 5, "{second:?}");
+    assert!(second.wal_files_removed >= 5, "{second:?}");
+    let left = generation_dirs(&uri, &store);
+    assert_eq!(
+        left.len(),
+        1,
+        "only the generation merged just now is kept: {left:?}"
+    );
+    // Reads stay correct, from this store and a fresh one.
+    assert_eq!(store.count(None).await.unwrap(), 53);
+    drop(store);
+    let reopened = Store::open(manual(&uri)).await.unwrap();
+    assert_eq!(reopened.count(None).await.unwrap(), 53);
+    assert!(reopened.get("r2-00004").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_merge_step_loses_and_duplicates_nothing() {
+    for failpoint in [
+        MergeFailpoint::BeforeCommit,
+        MergeFailpoint::AfterCommit,
+        MergeFailpoint::DuringCleanup,
+    ] {
+        let (_dir, uri) = temp_uri();
+        let mut config = manual(&uri);
+        // Several passes, so "before commit" comes after passes without the marker.
+        config.merge.batch_budget_bytes = 16 << 10;
+        let store = Store::create(config.clone()).await.unwrap();
+        let reference = write_history(&store).await;
+        let want: Vec<Row> = reference.values().cloned().collect();
+
+        let err = store.merge_failing_at(failpoint).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Internal, "{failpoint:?}: {err}");
+        drop(store); // the "crash": no close
+
+        let store = Store::open(config).await.unwrap();
+        let read = decode(
+            &store
+                .scan(ScanRequest::new().order_by(SortKey::asc("id")))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(read, want, "{failpoint:?}: reads after the crash");
+        let stats = store.merge().await.unwrap();
+        assert_eq!(
+            base_rows(&uri).await,
+            want,
+            "{failpoint:?}: base after the retry ({stats:?})"
+        );
+        let read = decode(
+            &store
+                .scan(ScanRequest::new().order_by(SortKey::asc("id")))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(read, want, "{failpoint:?}: reads after the retry");
+        assert_eq!(generations(&store).await, 0, "{failpoint:?}");
+        assert!(
+            generation_dirs(&uri, &store).is_empty(),
+            "{failpoint:?}: cleanup finished on retry"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_memory_stays_within_the_budget() {
+    let (_dir, uri) = temp_uri();
+    let budget = 32 << 10;
+    let mut config = manual(&uri);
+    config.merge.batch_budget_bytes = budget;
+    let store = Store::create(config).await.unwrap();
+    let note = "x".repeat(200);
+    let mut total_rows = 0;
+    for i in 0..20 {
+        let mut rows = rows(&format!("b{i:02}"), "g", 200);
+        for r in &mut rows {
+            r.note = Some(note.clone());
+        }
+        total_rows += rows.len();
+        store.add(&batch(&rows)).await.unwrap();
+    }
+    let stats = store.merge().await.unwrap();
+    let wal_bytes = total_rows * 200;
+    assert!(wal_bytes > 20 * budget, "the WAL holds many budgets' worth");
+    assert!(stats.peak_buffered_bytes > 0);
+    assert!(
+        stats.peak_buffered_bytes <= budget,
+        "peak {} > budget {budget}",
+        stats.peak_buffered_bytes
+    );
+    assert!(stats.passes > 10, "{stats:?}");
+    assert_eq!(stats.rows_upserted, total_rows as u64);
+    assert_eq!(base_rows(&uri).await.len(), total_rows);
+}
+
+async fn wait_until_merged(store: &Store, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if generations(store).await == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_and_time_triggers_fire() {
+    // Count trigger only.
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.generation_threshold = Some(3);
+    let store = Store::create(config).await.unwrap();
+    store.add(&batch(&rows("a", "g", 5))).await.unwrap();
+    store.add(&batch(&rows("b", "g", 5))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        generations(&store).await,
+        2,
+        "below the threshold: no merge"
+    );
+    store.add(&batch(&rows("c", "g", 5))).await.unwrap();
+    assert!(
+        wait_until_merged(&store, Duration::from_secs(20)).await,
+        "count trigger"
+    );
+    assert_eq!(base_rows(&uri).await.len(), 15);
+    assert!(store.stats().await.unwrap().last_merge.is_some());
+    store.close().await.unwrap();
+
+    // Time trigger only.
+    let (_dir2, uri2) = temp_uri();
+    let mut config = manual(&uri2);
+    config.merge.interval = Some(Duration::from_millis(300));
+    let store = Store::create(config).await.unwrap();
+    store.add(&batch(&rows("t", "g", 4))).await.unwrap();
+    assert!(
+        wait_until_merged(&store, Duration::from_secs(20)).await,
+        "time trigger"
+    );
+    assert_eq!(base_rows(&uri2).await.len(), 4);
+    // close() stops the background task cleanly.
+    store.close().await.unwrap();
+}
+
+async fn all_sorted(store: &Store) -> Vec<Row> {
+    decode(
+        &store
+            .scan(ScanRequest::new().order_by(SortKey::asc("id")))
+            .await
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_reduces_fragments_and_keeps_rows_and_indexes() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    // Each merge adds fragments.
+    for i in 0..6 {
+        store
+            .add(&batch(&rows(&format!("f{i}"), "g", 30)))
+            .await
+            .unwrap();
+        store.merge().await.unwrap();
+    }
+    let before_rows = all_sorted(&store).await;
+    let before = store.stats().await.unwrap();
+    assert!(before.fragments >= 6, "{before:?}");
+    let key_index = before
+        .indexes
+        .iter()
+        .find(|i| i.name == "id_idx")
+        .expect("key index");
+    assert_eq!(key_index.kind, "BTree");
+    assert!(key_index.covers_all_rows, "{before:?}");
+
+    let compacted = store.compact().await.unwrap();
+    assert!(compacted.fragments_removed >= 6, "{compacted:?}");
+    let after = store.stats().await.unwrap();
+    assert!(
+        after.fragments < before.fragments,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(after.rows_in_base, 180);
+    assert!(after.last_compaction.is_some());
+    let key_index = after.indexes.iter().find(|i| i.name == "id_idx").unwrap();
+    assert!(key_index.covers_all_rows, "key index re-ensured: {after:?}");
+    assert_eq!(
+        all_sorted(&store).await,
+        before_rows,
+        "same rows after compaction"
+    );
+
+    // Lookups after compaction go through the key index on the base table.
+    assert!(store.get("f3-00017").await.unwrap().is_some());
+    let plan = store
+        .explain(ScanRequest::new().filter("id = 'f3-00017' AND n >= 0"))
+        .await
+        .unwrap();
+    assert!(plan.contains("id_idx"), "plan uses the key index:\n{plan}");
+
+    // Writes, merges and lookups keep working after compaction.
+    store.add(&batch(&rows("post", "g", 3))).await.unwrap();
+    store.merge().await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 183);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_compactions_one_runs_the_other_is_told() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    for i in 0..4 {
+        store
+            .add(&batch(&rows(&format!("c{i}"), "g", 10)))
+            .await
+            .unwrap();
+        store.merge().await.unwrap();
+    }
+    let (a, b) = tokio::join!(store.compact(), store.compact());
+    let outcomes = [a, b];
+    let ran = outcomes.iter().filter(|r| r.is_ok()).count();
+    let told = outcomes
+        .iter()
+        .filter(|r| matches!(r, Err(Error::CompactionInProgress)))
+        .count();
+    assert_eq!((ran, told), (1, 1), "{outcomes:?}");
+    assert_eq!(store.count(None).await.unwrap(), 40);
+    assert_eq!(base_rows(&uri).await.len(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zonemap_key_index_can_be_chosen() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.indexes.key_index = KeyIndex::ZoneMap;
+    let store = Store::create(config).await.unwrap();
+    store.add(&batch(&rows("z", "g", 20))).await.unwrap();
+    store.merge().await.unwrap();
+    let stats = store.stats().await.unwrap();
+    let index = stats
+        .indexes
+        .iter()
+        .find(|i| i.name == "id_idx")
+        .expect("key index");
+    assert_eq!(index.kind, "ZoneMap", "{stats:?}");
+    assert!(store.get("z-00011").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_report_pending_generations_per_shard() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    store.add(&batch(&rows("s", "g", 2))).await.unwrap();
+    store.add(&batch(&rows("t", "g", 2))).await.unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.pending_generations, vec![(store.shard_id(), 2)]);
+    assert_eq!(stats.rows_in_base, 0);
+    assert!(stats.last_merge.is_none());
+    store.merge().await.unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.pending_generations, vec![(store.shard_id(), 0)]);
+    assert_eq!(stats.rows_in_base, 4);
+    let ids: Vec<String> = {
+        let all = store
+            .scan(ScanRequest::new().project(["id"]))
+            .await
+            .unwrap();
+        let col = all
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone();
+        (0..col.len()).map(|i| col.value(i).to_string()).collect()
+    };
+    assert_eq!(ids.len(), 4);
+}
