@@ -10,4 +10,5 @@ mod maintenance;
 mod read;
 mod shards;
 mod storage_options;
+mod vectors;
 mod write;

@@ -74,6 +74,6 @@ pub use id::{generate_id, shard_id_for_instance};
 #[cfg(feature = "failpoints")]
 pub use merge::MergeFailpoint;
 pub use merge::MergeStats;
-pub use read::{BatchStream, ScanRequest, SortKey};
+pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery};
 pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
 pub use writer::AddOutcome;

@@ -22,7 +22,8 @@ use crate::id::shard_id_for_instance;
 use crate::merge::MergeFailpoint;
 use crate::merge::{MergeState, MergeStats};
 use crate::read::{
-    BatchStream, ScanRequest, collect, execute, plan_lookup, plan_scan, shard_snapshots,
+    BatchStream, ScanRequest, VectorQuery, collect, execute, plan_lookup, plan_scan,
+    shard_snapshots,
 };
 use crate::writer::{AddOutcome, Writer};
 
@@ -280,34 +281,41 @@ impl Store {
         self.engine.build_vector_index(column).await
     }
 
-    /// The `k` rows nearest to `query` in a declared vector column, by the
-    /// column's metric, with a `_distance` column; `filter` is applied first.
-    pub async fn nearest(
-        &self,
-        column: &str,
-        query: &[f32],
-        k: usize,
-        filter: Option<&str>,
-    ) -> Result<RecordBatch> {
-        let view = self.engine.view().await?;
+    /// The rows nearest to `query.vector` in a declared vector column, by the
+    /// column's metric, with a `_distance` column, nearest first. Searches the
+    /// base table (through its vector index when built) and every unmerged
+    /// generation; `query.filter` is applied first.
+    pub async fn nearest(&self, query: &VectorQuery) -> Result<RecordBatch> {
         let declared = self
             .engine
             .settings
             .indexes
             .vector_columns
             .iter()
-            .find(|v| v.column == column)
+            .find(|v| v.column == query.column)
             .ok_or_else(|| {
-                Error::invalid_argument(format!("'{column}' is not a declared vector column"))
+                Error::invalid_argument(format!(
+                    "'{}' is not a declared vector column",
+                    query.column
+                ))
             })?;
-        if query.len() != declared.dimension {
+        if query.vector.len() != declared.dimension {
             return Err(Error::invalid_argument(format!(
-                "query has {} dimensions, column '{column}' has {}",
-                query.len(),
+                "query has {} dimensions, column '{}' has {}",
+                query.vector.len(),
+                query.column,
                 declared.dimension
             )));
         }
-        crate::read::nearest(&view, &self.schemas, declared, query, k, filter).await
+        let view = self.engine.view().await?;
+        crate::read::nearest(
+            &view,
+            &self.schemas,
+            declared,
+            query,
+            &self.engine.opener.store_params(),
+        )
+        .await
     }
 
     /// Operator statistics: rows, fragments, pending generations, indexes and

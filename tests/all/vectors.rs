@@ -1,0 +1,217 @@
+//! Vector columns: brute-force search over generations, an IVF index over the
+//! base table, and the same top-k as an exact search in memory.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use lance_context_store::{
+    CompactionSettings, IndexSettings, MergeSettings, Metric, Store, StoreConfig, VectorColumn,
+    VectorIndexKind, VectorQuery,
+};
+
+use crate::support::{Lcg, temp_uri};
+
+const DIM: i32 = 8;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new(
+            "embedding",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), DIM),
+            true,
+        ),
+    ]))
+}
+
+fn vectors_batch(start: usize, vectors: &[Vec<f32>]) -> RecordBatch {
+    let ids: Vec<String> = (start..start + vectors.len())
+        .map(|i| format!("v{i:04}"))
+        .collect();
+    let flat: Vec<f32> = vectors.iter().flatten().copied().collect();
+    let embedding = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        DIM,
+        Arc::new(Float32Array::from(flat)),
+        None,
+    )
+    .unwrap();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(StringArray::from(ids)), Arc::new(embedding)],
+    )
+    .unwrap()
+}
+
+fn config(uri: &str, metric: Metric, kind: VectorIndexKind) -> StoreConfig {
+    StoreConfig::new(uri)
+        .with_schema(schema())
+        .with_merge(MergeSettings {
+            generation_threshold: None,
+            interval: None,
+            ..MergeSettings::default()
+        })
+        .with_compaction(CompactionSettings {
+            interval: None,
+            ..CompactionSettings::default()
+        })
+        .with_indexes(IndexSettings {
+            vector_columns: vec![VectorColumn {
+                column: "embedding".into(),
+                dimension: DIM as usize,
+                metric,
+                kind,
+            }],
+            ..IndexSettings::default()
+        })
+}
+
+fn distance(metric: Metric, a: &[f32], b: &[f32]) -> f32 {
+    match metric {
+        Metric::L2 => a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum(),
+        Metric::Cosine => {
+            let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+            1.0 - dot / (na * nb)
+        }
+        Metric::Dot => -a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>(),
+    }
+}
+
+fn brute_force(metric: Metric, all: &[Vec<f32>], query: &[f32], k: usize) -> Vec<String> {
+    let mut scored: Vec<(f32, String)> = all
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (distance(metric, v, query), format!("v{i:04}")))
+        .collect();
+    scored.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then(a.1.cmp(&b.1)));
+    scored.into_iter().take(k).map(|(_, id)| id).collect()
+}
+
+fn result_ids(batch: &RecordBatch) -> Vec<String> {
+    let ids = batch
+        .column_by_name("id")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    (0..ids.len()).map(|i| ids.value(i).to_string()).collect()
+}
+
+async fn check(metric: Metric, kind: VectorIndexKind) {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(config(&uri, metric, kind)).await.unwrap();
+    let mut rng = Lcg(3);
+    let all: Vec<Vec<f32>> = (0..400)
+        .map(|_| {
+            (0..DIM)
+                .map(|_| rng.below(1000) as f32 / 100.0 - 5.0)
+                .collect()
+        })
+        .collect();
+    for chunk in 0..4 {
+        let start = chunk * 100;
+        store
+            .add(&vectors_batch(start, &all[start..start + 100]))
+            .await
+            .unwrap();
+    }
+    let queries: Vec<Vec<f32>> = (0..5)
+        .map(|_| {
+            (0..DIM)
+                .map(|_| rng.below(1000) as f32 / 100.0 - 5.0)
+                .collect()
+        })
+        .collect();
+    let search = |q: &Vec<f32>| {
+        let mut query = VectorQuery::new("embedding", q.clone(), 10);
+        query.nprobes = Some(256);
+        query.refine_factor = Some(20);
+        query
+    };
+    // Before any merge: every row is in a generation, searched by brute force.
+    for q in &queries {
+        let got = result_ids(&store.nearest(&search(q)).await.unwrap());
+        assert_eq!(
+            got,
+            brute_force(metric, &all, q, 10),
+            "{metric:?} in generations"
+        );
+    }
+    store.merge().await.unwrap();
+    store.build_vector_index("embedding").await.unwrap();
+    let stats = store.stats().await.unwrap();
+    let index = stats
+        .indexes
+        .iter()
+        .find(|i| i.name == "embedding_idx")
+        .expect("vector index");
+    assert!(index.covers_all_rows, "{stats:?}");
+    for q in &queries {
+        let got = result_ids(&store.nearest(&search(q)).await.unwrap());
+        assert_eq!(
+            got,
+            brute_force(metric, &all, q, 10),
+            "{metric:?} {kind:?} indexed"
+        );
+    }
+    // New rows after the index: found while in a generation, and after the
+    // merge extends the index over them.
+    let mut more = all.clone();
+    let extra: Vec<Vec<f32>> = (0..50)
+        .map(|_| {
+            (0..DIM)
+                .map(|_| rng.below(1000) as f32 / 100.0 - 5.0)
+                .collect()
+        })
+        .collect();
+    store.add(&vectors_batch(400, &extra)).await.unwrap();
+    more.extend(extra);
+    for q in &queries {
+        let got = result_ids(&store.nearest(&search(q)).await.unwrap());
+        assert_eq!(
+            got,
+            brute_force(metric, &more, q, 10),
+            "{metric:?} index + generation"
+        );
+    }
+    store.merge().await.unwrap();
+    let stats = store.stats().await.unwrap();
+    let index = stats
+        .indexes
+        .iter()
+        .find(|i| i.name == "embedding_idx")
+        .unwrap();
+    assert!(index.covers_all_rows, "kept usable after merge: {stats:?}");
+    for q in &queries {
+        let got = result_ids(&store.nearest(&search(q)).await.unwrap());
+        assert_eq!(
+            got,
+            brute_force(metric, &more, q, 10),
+            "{metric:?} after merge"
+        );
+    }
+    // Wrong dimension and undeclared column are typed errors.
+    let err = store
+        .nearest(&VectorQuery::new("embedding", vec![0.0; 3], 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), lance_context_store::ErrorKind::InvalidInput);
+    let err = store
+        .nearest(&VectorQuery::new("id", vec![0.0; 8], 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), lance_context_store::ErrorKind::InvalidInput);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ivf_pq_l2_top_k_matches_brute_force() {
+    check(Metric::L2, VectorIndexKind::IvfPq).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ivf_hnsw_cosine_top_k_matches_brute_force() {
+    check(Metric::Cosine, VectorIndexKind::IvfHnswPq).await;
+}
