@@ -4,11 +4,16 @@
 CARGO ?= cargo
 DATA ?= data/demo
 
-.PHONY: demo test deps test-deps lint fmt
+.PHONY: demo test bench deps test-deps lint fmt
 
 ## The main job: write and read a demo store in a local directory.
 demo: deps
 	$(CARGO) run --release -p lance-context-host --bin lance-context -- demo --data $(DATA)
+
+## Benchmarks (release build): adds, merge throughput and peak memory,
+## point lookups with the key index vs a full scan, at 1M rows.
+bench: deps
+	$(CARGO) run --release -p lance-context-host --bin lance-context -- bench --data data/bench
 
 ## The test suite (unit and integration tests).
 test: deps test-deps

@@ -3,6 +3,8 @@
 //! `demo` is the main job on the embedded default (a local directory store); the
 //! other commands read any store without claiming its writer.
 
+mod bench;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +35,8 @@ struct Cli {
 enum Command {
     /// Write and read a demo store in a local directory, and report what it did.
     Demo(DemoArgs),
+    /// Benchmark adds, merge and point lookups (key index vs full scan).
+    Bench(bench::BenchArgs),
     /// Count rows (newest version per key).
     Count {
         #[command(flatten)]
@@ -69,10 +73,27 @@ enum Command {
         #[arg(long)]
         explain: bool,
     },
-    /// Show the write-ahead tier: unmerged generations per shard.
+    /// Operator statistics: rows, fragments, pending generations, indexes.
     Status {
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Merge an instance's unmerged generations into the base table. Claims that
+    /// instance's writer (a running writer of the same instance is fenced).
+    Merge {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The instance whose shard to merge.
+        #[arg(long, default_value = "default")]
+        instance: String,
+    },
+    /// Compact the base table's fragments and re-ensure its indexes. Claims the
+    /// instance's writer like `merge`.
+    Compact {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, default_value = "default")]
+        instance: String,
     },
 }
 
@@ -163,6 +184,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo(args).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::Count { store, filter } => {
             let store = Store::open_read_only(store.config()).await?;
             println!("{}", store.count(filter.as_deref()).await?);
@@ -201,14 +223,71 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { store } => {
             let store = Store::open_read_only(store.config()).await?;
-            let status = store.wal_status().await?;
-            println!("rows: {}", store.count(None).await?);
-            for (shard, generations) in status.unmerged_generations {
+            let stats = store.stats().await?;
+            println!("rows (newest per key): {}", store.count(None).await?);
+            println!("rows in base table:    {}", stats.rows_in_base);
+            println!("dataset version:       {}", stats.version);
+            println!(
+                "fragments:             {} ({} below the compaction target)",
+                stats.fragments, stats.small_fragments
+            );
+            for (shard, generations) in &stats.pending_generations {
                 println!("shard {shard}: {generations} unmerged generation(s)");
+            }
+            for index in &stats.indexes {
+                println!(
+                    "index {} ({}) on {}: {}",
+                    index.name,
+                    index.kind,
+                    index.columns.join(", "),
+                    if index.covers_all_rows {
+                        "covers all rows".to_string()
+                    } else {
+                        format!("{} fragment(s) not indexed yet", index.unindexed_fragments)
+                    }
+                );
             }
             Ok(())
         }
+        Command::Merge { store, instance } => {
+            let store = Store::open(maintenance_config(&store, &instance)).await?;
+            let stats = store.merge().await?;
+            store.close().await?;
+            println!(
+                "merged {} generation(s): {} row(s) upserted, {} key(s) deleted in {} pass(es); \
+                 removed {} merged generation(s) and {} WAL file(s)",
+                stats.generations_merged,
+                stats.rows_upserted,
+                stats.keys_deleted,
+                stats.passes,
+                stats.generations_removed,
+                stats.wal_files_removed
+            );
+            Ok(())
+        }
+        Command::Compact { store, instance } => {
+            let store = Store::open(maintenance_config(&store, &instance)).await?;
+            let stats = store.compact().await?;
+            store.close().await?;
+            println!(
+                "compacted: {} fragment(s) removed, {} added; {} file(s) removed, {} added",
+                stats.fragments_removed,
+                stats.fragments_added,
+                stats.files_removed,
+                stats.files_added
+            );
+            Ok(())
+        }
     }
+}
+
+/// A writable config with no background maintenance (the command does it).
+fn maintenance_config(store: &StoreArgs, instance: &str) -> StoreConfig {
+    let mut config = store.config().with_instance_id(instance);
+    config.merge.generation_threshold = None;
+    config.merge.interval = None;
+    config.compaction.interval = None;
+    config
 }
 
 fn parse_sort(s: &str) -> Result<SortKey> {

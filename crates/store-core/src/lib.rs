@@ -24,7 +24,7 @@
 //! Known limits: an add larger than `WriterSettings::max_memtable_rows` is
 //! written as several puts, so a crash (or fence) part-way can leave a prefix of
 //! it durable; every add makes a generation that reads open until it is merged
-//! into the base table (see [`Store::wal_status`]).
+//! into the base table (see [`Store::wal_status`] and the merge triggers).
 //!
 //! ## Fencing policy
 //! One writer per shard. If another process opens the same instance id, it
@@ -47,6 +47,20 @@
 //! pushes filter, projection, order-by (a top-k sort bounded by offset+limit)
 //! and limit/offset into the scan plan. Results are decoded by column name;
 //! columns the dataset lacks (it was created by an older version) read as nulls.
+//!
+//! ## Maintenance
+//! [`Store::merge`] folds this instance's unmerged generations into the base
+//! table: streaming in passes bounded by a byte budget, tombstones applied as
+//! deletes, and the "merged up to" marker committed atomically with the last
+//! pass, so a crash anywhere neither loses nor duplicates a row; merged
+//! generations and replayed WAL files are removed after a grace period (see the
+//! `merge` module). Triggers: generation count after add, a timer, or explicit.
+//! [`Store::compact`] runs Lance compaction with deferred index remap behind a
+//! single-compactor guard; the key index (`<key>_idx`, BTree or ZoneMap) is
+//! ensured on open and extended after every merge and compaction; declared
+//! vector columns get IVF-PQ / IVF-HNSW-PQ indexes on request
+//! ([`Store::build_vector_index`]) and [`Store::nearest`] searches base and
+//! generations together. [`Store::stats`] reports all of it.
 //!
 //! ## Storage options
 //! Every open of the dataset goes through one module, which carries the store's
