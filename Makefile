@@ -24,7 +24,9 @@ deps:
 	@command -v protoc >/dev/null 2>&1 || { \
 		echo "installing protoc"; \
 		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null; }
-	@command -v rustup >/dev/null 2>&1 && rustup show active-toolchain >/dev/null 2>&1 || true
+	@command -v rustup >/dev/null 2>&1 && { \
+		rustup show active-toolchain >/dev/null; \
+		rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2; } || true
 
 ## Test prerequisites: moto's S3-compatible server (object-store tests run it on 127.0.0.1).
 test-deps:

@@ -8,25 +8,16 @@ use arrow_array::{Array, RecordBatch, StringArray};
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance_context_store::{
-    CompactionSettings, Error, ErrorKind, KeyIndex, MergeFailpoint, MergeSettings, ScanRequest,
-    SortKey, Store, StoreConfig,
+    Error, ErrorKind, KeyIndex, MergeFailpoint, ScanRequest, SortKey, Store, StoreConfig,
 };
 
 use crate::support::*;
 
 /// No background triggers, immediate cleanup: tests drive maintenance.
 fn manual(uri: &str) -> StoreConfig {
-    config(uri)
-        .with_merge(MergeSettings {
-            generation_threshold: None,
-            interval: None,
-            cleanup_grace: Duration::ZERO,
-            ..MergeSettings::default()
-        })
-        .with_compaction(CompactionSettings {
-            interval: None,
-            ..CompactionSettings::default()
-        })
+    let mut config = config(uri).with_manual_maintenance();
+    config.merge.cleanup_grace = Duration::ZERO;
+    config
 }
 
 /// Every row of the base table read by plain Lance, ignoring the WAL.

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use lance_context_store::{
-    CompactionSettings, IndexSettings, MergeSettings, Metric, Store, StoreConfig, VectorColumn,
-    VectorIndexKind, VectorQuery,
+    IndexSettings, Metric, Store, StoreConfig, VectorColumn, VectorIndexKind, VectorQuery,
 };
 
 use crate::support::{Lcg, temp_uri};
@@ -47,15 +46,7 @@ fn vectors_batch(start: usize, vectors: &[Vec<f32>]) -> RecordBatch {
 fn config(uri: &str, metric: Metric, kind: VectorIndexKind) -> StoreConfig {
     StoreConfig::new(uri)
         .with_schema(schema())
-        .with_merge(MergeSettings {
-            generation_threshold: None,
-            interval: None,
-            ..MergeSettings::default()
-        })
-        .with_compaction(CompactionSettings {
-            interval: None,
-            ..CompactionSettings::default()
-        })
+        .with_manual_maintenance()
         .with_indexes(IndexSettings {
             vector_columns: vec![VectorColumn {
                 column: "embedding".into(),

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use arrow_array::{Int64Array, LargeStringArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use clap::Args;
-use lance_context_store::{CompactionSettings, MergeSettings, ScanRequest, Store, StoreConfig};
+use lance_context_store::{ScanRequest, Store, StoreConfig};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -92,18 +92,10 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .into_owned();
     let schema = schema();
     let budget = args.merge_budget_mib << 20;
-    let config = StoreConfig::new(&uri)
+    let mut config = StoreConfig::new(&uri)
         .with_schema(schema.clone())
-        .with_merge(MergeSettings {
-            batch_budget_bytes: budget,
-            generation_threshold: None,
-            interval: None,
-            ..MergeSettings::default()
-        })
-        .with_compaction(CompactionSettings {
-            interval: None,
-            ..CompactionSettings::default()
-        });
+        .with_manual_maintenance();
+    config.merge.batch_budget_bytes = budget;
     let store = Store::create(config).await?;
 
     // 1. Durable adds.

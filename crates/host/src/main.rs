@@ -283,11 +283,10 @@ async fn run(cli: Cli) -> Result<()> {
 
 /// A writable config with no background maintenance (the command does it).
 fn maintenance_config(store: &StoreArgs, instance: &str) -> StoreConfig {
-    let mut config = store.config().with_instance_id(instance);
-    config.merge.generation_threshold = None;
-    config.merge.interval = None;
-    config.compaction.interval = None;
-    config
+    store
+        .config()
+        .with_instance_id(instance)
+        .with_manual_maintenance()
 }
 
 fn parse_sort(s: &str) -> Result<SortKey> {

@@ -64,6 +64,15 @@ impl StoreConfig {
         self
     }
 
+    /// No background maintenance: no merge triggers and no background
+    /// compaction; the caller runs `merge` and `compact` itself.
+    pub fn with_manual_maintenance(mut self) -> Self {
+        self.merge.generation_threshold = None;
+        self.merge.interval = None;
+        self.compaction.interval = None;
+        self
+    }
+
     /// Set the index settings.
     pub fn with_indexes(mut self, indexes: IndexSettings) -> Self {
         self.indexes = indexes;
