@@ -467,3 +467,37 @@ async fn stats_report_pending_generations_per_shard() {
     };
     assert_eq!(ids.len(), 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_keep_working_while_a_merge_runs() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.batch_budget_bytes = 8 << 10; // many passes: a long merge
+    let store = std::sync::Arc::new(Store::create(config).await.unwrap());
+    for i in 0..8 {
+        store
+            .add(&batch(&rows(&format!("pre{i}"), "g", 100)))
+            .await
+            .unwrap();
+    }
+    let merging = {
+        let store = store.clone();
+        tokio::spawn(async move { store.merge().await })
+    };
+    let mut during = 0;
+    while !merging.is_finished() || during == 0 {
+        store
+            .add(&batch(&rows(&format!("during{during:03}"), "g", 5)))
+            .await
+            .unwrap();
+        during += 1;
+    }
+    let stats = merging.await.unwrap().unwrap();
+    assert!(stats.passes > 1, "{stats:?}");
+    let expected = 800 + during as u64 * 5;
+    assert_eq!(store.count(None).await.unwrap(), expected);
+    // The next merge folds what was added during the first one.
+    store.merge().await.unwrap();
+    assert_eq!(base_rows(&uri).await.len() as u64, expected);
+    assert_eq!(generations(&store).await, 0);
+}

@@ -184,6 +184,40 @@ async fn check(metric: Metric, kind: VectorIndexKind) {
             "{metric:?} after merge"
         );
     }
+    // Compaction keeps the index usable and the answers the same.
+    for i in 0..3 {
+        let start = 450 + i * 10;
+        let extra: Vec<Vec<f32>> = (0..10)
+            .map(|_| {
+                (0..DIM)
+                    .map(|_| rng.below(1000) as f32 / 100.0 - 5.0)
+                    .collect()
+            })
+            .collect();
+        store.add(&vectors_batch(start, &extra)).await.unwrap();
+        more.extend(extra);
+        store.merge().await.unwrap();
+    }
+    let compacted = store.compact().await.unwrap();
+    assert!(compacted.fragments_removed > 1, "{compacted:?}");
+    let stats = store.stats().await.unwrap();
+    let index = stats
+        .indexes
+        .iter()
+        .find(|i| i.name == "embedding_idx")
+        .unwrap();
+    assert!(
+        index.covers_all_rows,
+        "kept usable after compaction: {stats:?}"
+    );
+    for q in &queries {
+        let got = result_ids(&store.nearest(&search(q)).await.unwrap());
+        assert_eq!(
+            got,
+            brute_force(metric, &more, q, 10),
+            "{metric:?} after compaction"
+        );
+    }
     // Wrong dimension and undeclared column are typed errors.
     let err = store
         .nearest(&VectorQuery::new("embedding", vec![0.0; 3], 1))

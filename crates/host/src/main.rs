@@ -484,3 +484,106 @@ async fn generations(store: &Store) -> Result<usize> {
         .map(|(_, n)| n)
         .sum())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_args(uri: &str) -> StoreArgs {
+        StoreArgs {
+            uri: uri.to_string(),
+            key: "id".to_string(),
+            storage_options: Vec::new(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn demo_writes_a_store_that_the_other_commands_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("demo");
+        let uri = data.to_string_lossy().into_owned();
+        let demo_args = || DemoArgs {
+            data: data.clone(),
+            rollouts: 6,
+            steps: 10,
+            concurrency: 3,
+        };
+        run(Cli {
+            command: Command::Demo(demo_args()),
+        })
+        .await
+        .unwrap();
+        // A second run reopens and adds.
+        run(Cli {
+            command: Command::Demo(demo_args()),
+        })
+        .await
+        .unwrap();
+        let store = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+        assert_eq!(store.count(None).await.unwrap(), 120);
+
+        for command in [
+            Command::Status {
+                store: store_args(&uri),
+            },
+            Command::Merge {
+                store: store_args(&uri),
+                instance: "default".into(),
+            },
+            Command::Compact {
+                store: store_args(&uri),
+                instance: "default".into(),
+            },
+        ] {
+            run(Cli { command }).await.unwrap();
+        }
+        let stats = store.stats().await.unwrap();
+        assert_eq!(
+            stats.rows_in_base, 120,
+            "merge folded everything: {stats:?}"
+        );
+        assert!(stats.pending_generations.iter().all(|(_, n)| *n == 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn typed_errors_become_exit_codes() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing").to_string_lossy().into_owned();
+        let err = run(Cli {
+            command: Command::Count {
+                store: store_args(&missing),
+                filter: None,
+            },
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(exit_code(&err), 3, "{err:#}");
+
+        let data = dir.path().join("demo");
+        run(Cli {
+            command: Command::Demo(DemoArgs {
+                data: data.clone(),
+                rollouts: 2,
+                steps: 2,
+                concurrency: 1,
+            }),
+        })
+        .await
+        .unwrap();
+        let err = run(Cli {
+            command: Command::Scan {
+                store: store_args(&data.to_string_lossy()),
+                filter: Some("no_such_column = 1".into()),
+                columns: None,
+                order_by: vec![],
+                limit: None,
+                offset: None,
+                explain: false,
+            },
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(exit_code(&err), 2, "{err:#}");
+        assert!(parse_sort("n:sideways").is_err());
+    }
+}

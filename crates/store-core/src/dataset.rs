@@ -96,6 +96,26 @@ impl Opener {
         Ok(Arc::new(fresh))
     }
 
+    /// Open one of this dataset's WAL generations (a Lance dataset under
+    /// `_mem_wal/<shard>/<dir>`) with the same storage options and session.
+    pub async fn open_generation(
+        &self,
+        base: &Dataset,
+        shard: &uuid::Uuid,
+        dir: &str,
+    ) -> Result<Dataset> {
+        let uri = format!(
+            "{}/_mem_wal/{shard}/{dir}",
+            base.uri().trim_end_matches('/')
+        );
+        DatasetBuilder::from_uri(&uri)
+            .with_store_params(self.store_params())
+            .with_session(base.session())
+            .load()
+            .await
+            .map_err(|e| Error::from_lance(format!("opening WAL generation {uri}"), None, e))
+    }
+
     /// Create an empty dataset with `schema` and initialise its MemWAL.
     /// An existing dataset is [`Error::AlreadyExists`].
     pub async fn create(&self, schema: SchemaRef) -> Result<Dataset> {

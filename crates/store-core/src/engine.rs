@@ -177,6 +177,7 @@ impl Engine {
             writer,
             settings: &self.settings.merge,
             store_params: self.opener.store_params(),
+            opener: &self.opener,
             generations: self.generations.clone(),
             state: &self.merge_state,
             fail_at,

@@ -52,6 +52,7 @@ use tokio::sync::Mutex;
 use uuid::Uuid;
 
 use crate::config::MergeSettings;
+use crate::dataset::Opener;
 use crate::error::{Error, LanceResultExt, Result};
 use crate::read::key_filter;
 use crate::writer::Writer;
@@ -95,6 +96,7 @@ pub(crate) struct MergeContext<'a> {
     pub writer: &'a Writer,
     pub settings: &'a MergeSettings,
     pub store_params: ObjectStoreParams,
+    pub opener: &'a Opener,
     pub generations: Arc<SsTableCache>,
     pub state: &'a MergeState,
     /// Failpoint for crash tests: stop (with an error) at this step.
@@ -378,15 +380,11 @@ async fn tombstoned_keys(
     pending: &[(u64, String)],
 ) -> Result<HashSet<String>> {
     let mut keys = HashSet::new();
-    let base = dataset.uri().trim_end_matches('/').to_string();
     for (_, path) in pending {
-        let uri = format!("{base}/_mem_wal/{}/{path}", ctx.shard);
-        let generation = lance::dataset::builder::DatasetBuilder::from_uri(&uri)
-            .with_store_params(ctx.store_params.clone())
-            .with_session(dataset.session())
-            .load()
-            .await
-            .ctx("opening a WAL generation")?;
+        let generation = ctx
+            .opener
+            .open_generation(dataset, &ctx.shard, path)
+            .await?;
         if generation.schema().field(TOMBSTONE).is_none() {
             continue;
         }
