@@ -466,6 +466,8 @@ async fn cleanup(
         .read_dir(shard_dir.clone())
         .await
         .ctx("listing the shard")?;
+    // Generations still on disk afterwards; the first-seen clock forgets the rest.
+    let mut remaining: HashSet<u64> = listed.clone();
     for name in entries {
         let Some(generation) = name
             .rsplit_once("_gen_")
@@ -473,6 +475,7 @@ async fn cleanup(
         else {
             continue;
         };
+        remaining.insert(generation);
         if generation > merged_up_to || listed.contains(&generation) {
             continue;
         }
@@ -490,8 +493,14 @@ async fn cleanup(
                 .await
                 .ctx("removing a merged generation")?;
             stats.generations_removed += 1;
+            remaining.remove(&generation);
         }
     }
+    ctx.state
+        .first_seen_generation
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|g, _| remaining.contains(g));
 
     // 3. WAL entries already covered by flushed generations, once due.
     let replayed_up_to = manifest.replay_after_wal_entry_position;
@@ -501,6 +510,7 @@ async fn cleanup(
         Err(e) if e.is_not_found() => Vec::new(),
         Err(e) => return Err(Error::from_lance("listing the WAL", None, e)),
     };
+    let mut remaining_wal: HashSet<u64> = HashSet::new();
     for name in wal_entries {
         let Some(position) = parse_bit_reversed_filename(&name) else {
             continue;
@@ -508,6 +518,7 @@ async fn cleanup(
         if position == 0 || position > replayed_up_to {
             continue;
         }
+        remaining_wal.insert(position);
         let is_due = {
             let mut seen = ctx
                 .state
@@ -522,7 +533,13 @@ async fn cleanup(
                 .await
                 .ctx("removing a replayed WAL entry")?;
             stats.wal_files_removed += 1;
+            remaining_wal.remove(&position);
         }
     }
+    ctx.state
+        .first_seen_wal
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|p, _| remaining_wal.contains(p));
     Ok(())
 }
