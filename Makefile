@@ -4,7 +4,7 @@
 CARGO ?= cargo
 DATA ?= data/demo
 
-.PHONY: demo test bench deps test-deps lint fmt
+.PHONY: demo test plugins test-plugins bench deps test-deps lint fmt
 
 ## The main job: write and read a demo store in a local directory.
 demo: deps
@@ -15,9 +15,19 @@ demo: deps
 bench: deps
 	$(CARGO) run --release -p lance-context-host --bin lance-context -- bench --data data/bench
 
-## The test suite (unit and integration tests).
+## The test suite: the host workspace, then the plugins workspace.
 test: deps test-deps
 	$(CARGO) test --workspace
+	$(MAKE) test-plugins
+
+## The guest side (plugins/, its own workspace): native unit tests, then the
+## wasm32-wasip2 components.
+test-plugins: deps
+	$(CARGO) test --manifest-path plugins/Cargo.toml
+	$(MAKE) plugins
+
+plugins: deps
+	$(CARGO) build --release --locked --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
 
 ## Build prerequisites: protoc (Lance's protobuf build), the pinned toolchain.
 deps:
@@ -36,7 +46,10 @@ test-deps:
 
 lint: deps
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --all --check --manifest-path plugins/Cargo.toml
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --manifest-path plugins/Cargo.toml --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --all --manifest-path plugins/Cargo.toml

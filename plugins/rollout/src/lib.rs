@@ -1,0 +1,303 @@
+//! The built-in rollout schema (36 columns; `../shared/spec/builtin-schemas.md`
+//! §1 and §6): one row per message of an RL trajectory.
+//!
+//! - validate: `id` and `rollout_id` present and non-empty; a `binary_payload`
+//!   and its `payload_size` agree, and no `payload_size` is declared without
+//!   bytes; every relationship has a `target_id` and a `relation`.
+//! - transform (defaults): `problem_id` = `rollout_id`, `sequence_order` = 0,
+//!   `role` = "assistant", `content_type` = "text/plain", `created_at` = now.
+//!
+//! The logic is plain Rust over Arrow; the component export is the last line.
+
+use std::sync::Arc;
+
+use lance_context_plugin::arrow_array::builder::StringDictionaryBuilder;
+use lance_context_plugin::arrow_array::cast::AsArray;
+use lance_context_plugin::arrow_array::types::{Int8Type, Int32Type, Int64Type};
+use lance_context_plugin::arrow_array::{
+    Int32Array, StringArray, TimestampMicrosecondArray, new_null_array,
+};
+use lance_context_plugin::*;
+
+/// Plugin version.
+pub const VERSION: &str = "0.1.0";
+
+fn utf8(name: &str, nullable: bool) -> Field {
+    Field::new(name, DataType::Utf8, nullable)
+}
+
+fn large_utf8(name: &str) -> Field {
+    Field::new(name, DataType::LargeUtf8, true)
+}
+
+fn list_of(name: &str, item: DataType) -> Field {
+    Field::new(
+        name,
+        DataType::List(Arc::new(Field::new("item", item, true))),
+        true,
+    )
+}
+
+/// The rollout schema, column for column.
+pub fn schema() -> Schema {
+    let relationship = DataType::Struct(
+        vec![
+            Field::new("target_id", DataType::Utf8, true),
+            Field::new("relation", DataType::Utf8, true),
+            Field::new("weight", DataType::Float32, true),
+        ]
+        .into(),
+    );
+    Schema::new(vec![
+        key_field("id"),
+        utf8("rollout_id", false),
+        utf8("problem_id", false),
+        utf8("dataset", true),
+        Field::new("sequence_order", DataType::Int32, false),
+        Field::new(
+            "role",
+            DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)),
+            false,
+        ),
+        Field::new(
+            "created_at",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        ),
+        large_utf8("content"),
+        utf8("content_type", false),
+        large_utf8("model_input_string"),
+        large_utf8("model_output_string"),
+        large_utf8("rationale"),
+        large_utf8("problem_text"),
+        large_utf8("user_metadata"),
+        list_of("input_tokens", DataType::Int32),
+        list_of("output_tokens", DataType::Int32),
+        Field::new("num_input_tokens", DataType::Int32, true),
+        Field::new("num_output_tokens", DataType::Int32, true),
+        list_of("output_logprobs", DataType::Float32),
+        list_of("input_logprobs", DataType::Float32),
+        list_of("ref_logprobs", DataType::Float32),
+        list_of("loss_mask", DataType::Int8),
+        Field::new("advantage", DataType::Float32, true),
+        Field::new("reward", DataType::Float32, true),
+        Field::new("raw_reward", DataType::Float32, true),
+        utf8("grader_id", true),
+        Field::new("score", DataType::Float32, true),
+        Field::new("include_in_training", DataType::Boolean, true),
+        utf8("exclude_reason", true),
+        utf8("policy_version", true),
+        list_of("relationships", relationship),
+        Field::new("binary_payload", DataType::LargeBinary, true),
+        Field::new("payload_size", DataType::Int64, true),
+        utf8("payload_checksum", true),
+        utf8("artifact_type", true),
+        large_utf8("metadata"),
+    ])
+}
+
+/// The rollout plugin.
+pub struct Rollout;
+
+impl Plugin for Rollout {
+    fn describe(params: &Params) -> Result<Declaration, String> {
+        if let Some((name, _)) = params.first() {
+            return Err(format!(
+                "the rollout schema takes no parameters (got '{name}')"
+            ));
+        }
+        Ok(Declaration::new("rollout", VERSION, schema()).with_transform())
+    }
+
+    fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+        for column in ["id", "rollout_id"] {
+            for row in rows_where_empty(batch, column) {
+                errors.push(
+                    row,
+                    Some(column),
+                    "required",
+                    format!("{column} is required"),
+                );
+            }
+        }
+        check_payload(batch, errors);
+        check_relationships(batch, errors);
+    }
+
+    fn transform(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
+        fill_defaults(batch, now_micros)
+    }
+}
+
+fn check_payload(batch: &RecordBatch, errors: &mut RowErrors) {
+    let bytes = batch
+        .column_by_name("binary_payload")
+        .map(|c| c.as_binary::<i64>());
+    let sizes = batch
+        .column_by_name("payload_size")
+        .map(|c| c.as_primitive::<Int64Type>());
+    let Some(sizes) = sizes else { return };
+    for row in 0..batch.num_rows() {
+        if sizes.is_null(row) {
+            continue;
+        }
+        let declared = sizes.value(row);
+        match bytes.filter(|b| b.is_valid(row)) {
+            None => errors.push(
+                row,
+                Some("payload_size"),
+                "payload-size-without-bytes",
+                format!("payload_size is {declared} but there is no binary_payload"),
+            ),
+            Some(b) if b.value(row).len() as i64 != declared => errors.push(
+                row,
+                Some("payload_size"),
+                "payload-size",
+                format!(
+                    "payload_size is {declared} but binary_payload has {} bytes",
+                    b.value(row).len()
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+fn check_relationships(batch: &RecordBatch, errors: &mut RowErrors) {
+    let Some(lists) = batch.column_by_name("relationships") else {
+        return;
+    };
+    let lists = lists.as_list::<i32>();
+    for row in 0..lists.len() {
+        if lists.is_null(row) {
+            continue;
+        }
+        let items = lists.value(row);
+        let items = items.as_struct();
+        for field in ["target_id", "relation"] {
+            // By field name, never by position.
+            let Some(values) = items.column_by_name(field) else {
+                errors.push(
+                    row,
+                    Some("relationships"),
+                    "relationship",
+                    format!("relationships lack '{field}'"),
+                );
+                continue;
+            };
+            for i in 0..items.len() {
+                if items.is_valid(i) && values.is_null(i) {
+                    errors.push(
+                        row,
+                        Some("relationships"),
+                        "relationship",
+                        format!("relationship {i} has no {field}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Fill the documented defaults and return the batch in the declared schema.
+pub fn fill_defaults(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
+    let declared = Arc::new(schema());
+    let rows = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(declared.fields().len());
+    for field in declared.fields() {
+        let given = batch.column_by_name(field.name()).cloned();
+        let column: ArrayRef = match field.name().as_str() {
+            "problem_id" => {
+                let rollout = batch
+                    .column_by_name("rollout_id")
+                    .map(|c| c.as_string::<i32>().clone());
+                let given = given.map(|c| c.as_string::<i32>().clone());
+                Arc::new(StringArray::from_iter((0..rows).map(|i| {
+                    match given.as_ref().filter(|g| g.is_valid(i)) {
+                        Some(g) => Some(g.value(i).to_string()),
+                        None => rollout
+                            .as_ref()
+                            .filter(|r| r.is_valid(i))
+                            .map(|r| r.value(i).to_string()),
+                    }
+                })))
+            }
+            "sequence_order" => {
+                let given = given.map(|c| c.as_primitive::<Int32Type>().clone());
+                Arc::new(Int32Array::from_iter_values((0..rows).map(|i| {
+                    given
+                        .as_ref()
+                        .filter(|g| g.is_valid(i))
+                        .map(|g| g.value(i))
+                        .unwrap_or(0)
+                })))
+            }
+            "role" => {
+                let given = given.map(|c| c.as_dictionary::<Int8Type>().clone());
+                let mut builder = StringDictionaryBuilder::<Int8Type>::new();
+                for i in 0..rows {
+                    let value = given.as_ref().filter(|g| g.is_valid(i)).map(|g| {
+                        let key = g.keys().value(i) as usize;
+                        g.values().as_string::<i32>().value(key).to_string()
+                    });
+                    builder
+                        .append(value.as_deref().unwrap_or("assistant"))
+                        .map_err(|e| {
+                            let mut errors = RowErrors::default();
+                            errors.push(
+                                i,
+                                Some("role"),
+                                "role",
+                                format!("too many distinct roles: {e}"),
+                            );
+                            errors
+                        })?;
+                }
+                Arc::new(builder.finish())
+            }
+            "content_type" => {
+                let given = given.map(|c| c.as_string::<i32>().clone());
+                Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
+                    given
+                        .as_ref()
+                        .filter(|g| g.is_valid(i))
+                        .map(|g| g.value(i).to_string())
+                        .unwrap_or_else(|| "text/plain".to_string())
+                })))
+            }
+            "created_at" => {
+                let given = given.map(|c| {
+                    c.as_primitive::<arrow_array::types::TimestampMicrosecondType>()
+                        .clone()
+                });
+                Arc::new(TimestampMicrosecondArray::from_iter_values((0..rows).map(
+                    |i| {
+                        given
+                            .as_ref()
+                            .filter(|g| g.is_valid(i))
+                            .map(|g| g.value(i))
+                            .unwrap_or(now_micros)
+                    },
+                )))
+            }
+            _ => given.unwrap_or_else(|| new_null_array(field.data_type(), rows)),
+        };
+        columns.push(column);
+    }
+    RecordBatch::try_new(declared, columns).map_err(|e| {
+        let mut errors = RowErrors::default();
+        errors.push(
+            0,
+            None,
+            "schema",
+            format!("the batch does not fit the rollout schema: {e}"),
+        );
+        errors
+    })
+}
+
+#[cfg(target_arch = "wasm32")]
+export_plugin!(Rollout);
+
+#[cfg(test)]
+mod tests;

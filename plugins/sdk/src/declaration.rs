@@ -1,0 +1,103 @@
+//! The schema declaration a plugin's `describe` returns.
+
+use std::collections::HashMap;
+
+use arrow_schema::{DataType, Field, Schema};
+
+/// The contract's ABI version (`lance-context:plugin@0.1.0`).
+pub const ABI_VERSION: u32 = 1;
+
+/// Field metadata marking the key column.
+pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
+
+/// A non-null Utf8 key column tagged as primary key.
+pub fn key_field(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, false).with_metadata(HashMap::from([(
+        PRIMARY_KEY_METADATA.to_string(),
+        "true".to_string(),
+    )]))
+}
+
+/// Distance metric of a vector column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    L2,
+    Cosine,
+    Dot,
+}
+
+/// A vector column declaration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorColumn {
+    pub name: String,
+    pub dimension: u32,
+    pub metric: Metric,
+}
+
+/// Opt-in engine behaviours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    pub tombstones: bool,
+    pub supersession: bool,
+    pub lifecycle: bool,
+    pub unique_secondary_key: bool,
+}
+
+/// What `describe` declares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declaration {
+    pub name: String,
+    pub version: String,
+    pub schema: Schema,
+    pub key_column: String,
+    pub blob_columns: Vec<String>,
+    pub vector_columns: Vec<VectorColumn>,
+    pub secondary_key: Option<String>,
+    pub capabilities: Capabilities,
+    pub has_transform: bool,
+}
+
+impl Declaration {
+    /// A declaration keyed by `id`, with no blobs, vectors or capabilities.
+    pub fn new(name: &str, version: &str, schema: Schema) -> Self {
+        Self {
+            name: name.to_string(),
+            version: version.to_string(),
+            schema,
+            key_column: "id".to_string(),
+            blob_columns: Vec::new(),
+            vector_columns: Vec::new(),
+            secondary_key: None,
+            capabilities: Capabilities::default(),
+            has_transform: false,
+        }
+    }
+
+    /// Use another key column (e.g. datagen's `event_id`).
+    pub fn with_key(mut self, key: &str) -> Self {
+        self.key_column = key.to_string();
+        self
+    }
+
+    /// Declare a vector column.
+    pub fn with_vector(mut self, name: &str, dimension: u32, metric: Metric) -> Self {
+        self.vector_columns.push(VectorColumn {
+            name: name.to_string(),
+            dimension,
+            metric,
+        });
+        self
+    }
+
+    /// Declare a blob column.
+    pub fn with_blob(mut self, name: &str) -> Self {
+        self.blob_columns.push(name.to_string());
+        self
+    }
+
+    /// Say that `transform` does something.
+    pub fn with_transform(mut self) -> Self {
+        self.has_transform = true;
+        self
+    }
+}

@@ -1,0 +1,88 @@
+//! Row-level errors.
+
+use arrow_array::{Array, RecordBatch, StringArray};
+
+/// One problem in one row (rows are zero-based positions in the whole input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowError {
+    pub row: u32,
+    pub column: Option<String>,
+    pub code: String,
+    pub message: String,
+}
+
+/// Collects every problem found in a batch.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RowErrors {
+    errors: Vec<RowError>,
+    row_offset: usize,
+}
+
+impl RowErrors {
+    /// Record a problem in `row` of the batch being checked.
+    pub fn push(
+        &mut self,
+        row: usize,
+        column: Option<&str>,
+        code: &str,
+        message: impl Into<String>,
+    ) {
+        self.errors.push(RowError {
+            row: (row + self.row_offset) as u32,
+            column: column.map(str::to_string),
+            code: code.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// The problems, in row order.
+    pub fn into_vec(mut self) -> Vec<RowError> {
+        self.errors.sort_by_key(|e| e.row);
+        self.errors
+    }
+
+    /// Ok when nothing was recorded.
+    pub fn into_result(self) -> Result<(), Vec<RowError>> {
+        if self.is_empty() {
+            Ok(())
+        } else {
+            Err(self.into_vec())
+        }
+    }
+
+    pub(crate) fn set_row_offset(&mut self, offset: usize) {
+        self.row_offset = offset;
+    }
+
+    pub(crate) fn shift_rows(&mut self, offset: usize) {
+        for e in &mut self.errors {
+            e.row += offset as u32;
+        }
+    }
+}
+
+/// Rows where `column` is null (all rows when the column is absent).
+pub fn rows_where_null(batch: &RecordBatch, column: &str) -> Vec<usize> {
+    match batch.column_by_name(column) {
+        None => (0..batch.num_rows()).collect(),
+        Some(array) => (0..array.len()).filter(|&i| array.is_null(i)).collect(),
+    }
+}
+
+/// Rows where the Utf8 `column` is null or empty (all rows when absent).
+pub fn rows_where_empty(batch: &RecordBatch, column: &str) -> Vec<usize> {
+    match batch
+        .column_by_name(column)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+    {
+        None => (0..batch.num_rows()).collect(),
+        Some(values) => (0..values.len())
+            .filter(|&i| values.is_null(i) || values.value(i).is_empty())
+            .collect(),
+    }
+}

@@ -1,0 +1,107 @@
+//! # lance-context-plugin: write a schema plugin in Rust
+//!
+//! A schema plugin declares a store's Arrow schema, validates batches of
+//! records and may fill defaults. Implement [`Plugin`] on a type and export it
+//! with [`export_plugin!`]; build with `cargo build --release --target
+//! wasm32-wasip2`. The contract is `wit/plugin.wit`
+//! (`lance-context:plugin@0.1.0`).
+//!
+//! ```ignore
+//! use lance_context_plugin::*;
+//!
+//! struct Notes;
+//! impl Plugin for Notes {
+//!     fn describe(_params: &Params) -> Result<Declaration, String> {
+//!         Ok(Declaration::new("notes", "0.1.0", Schema::new(vec![
+//!             key_field("id"),
+//!             Field::new("text", DataType::Utf8, false),
+//!         ])))
+//!     }
+//!     fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+//!         for row in rows_where_empty(batch, "text") {
+//!             errors.push(row, Some("text"), "required", "text must not be empty");
+//!         }
+//!     }
+//! }
+//! export_plugin!(Notes);
+//! ```
+//!
+//! Everything except the export glue is plain Rust over Arrow, so a plugin's
+//! logic is unit-tested natively.
+
+mod declaration;
+mod errors;
+pub mod ipc;
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod bindings;
+
+pub use arrow_array::{self, Array, ArrayRef, RecordBatch};
+pub use arrow_schema::{self, DataType, Field, Schema, SchemaRef, TimeUnit};
+pub use declaration::{
+    ABI_VERSION, Capabilities, Declaration, Metric, PRIMARY_KEY_METADATA, VectorColumn, key_field,
+};
+pub use errors::{RowError, RowErrors, rows_where_empty, rows_where_null};
+
+/// Creation parameters: `(name, JSON text)` pairs.
+pub type Params = [(String, String)];
+
+/// A schema plugin. Only `describe` and `validate` are required.
+pub trait Plugin {
+    /// Declare the schema for these creation parameters (validate them; an
+    /// error names the parameter).
+    fn describe(params: &Params) -> Result<Declaration, String>;
+
+    /// Record every problem of `batch` in `errors` (row order).
+    fn validate(batch: &RecordBatch, errors: &mut RowErrors);
+
+    /// Fill defaults or derive columns. `now_micros` is the host's clock (the
+    /// sandbox has none). Only called when the declaration says
+    /// `has_transform`; the default returns the batch unchanged.
+    fn transform(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
+        let _ = now_micros;
+        Ok(batch)
+    }
+}
+
+/// Run `validate` over IPC bytes as the host calls it.
+pub fn run_validate<P: Plugin>(bytes: &[u8]) -> Result<(), CallError> {
+    let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
+    let mut errors = RowErrors::default();
+    let mut offset = 0;
+    for batch in &batches {
+        errors.set_row_offset(offset);
+        P::validate(batch, &mut errors);
+        offset += batch.num_rows();
+    }
+    errors.into_result().map_err(CallError::Rows)
+}
+
+/// Run `transform` over IPC bytes as the host calls it.
+pub fn run_transform<P: Plugin>(bytes: &[u8], now_micros: i64) -> Result<Vec<u8>, CallError> {
+    let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
+    let mut out = Vec::with_capacity(batches.len());
+    let mut offset = 0;
+    for batch in batches {
+        let rows = batch.num_rows();
+        match P::transform(batch, now_micros) {
+            Ok(b) => out.push(b),
+            Err(mut errors) => {
+                errors.shift_rows(offset);
+                return Err(CallError::Rows(errors.into_vec()));
+            }
+        }
+        offset += rows;
+    }
+    ipc::encode(&out).map_err(CallError::Malformed)
+}
+
+/// A failed call, as the contract's `batch-error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// Row-level problems.
+    Rows(Vec<RowError>),
+    /// The input (or output) is not valid Arrow IPC of the schema.
+    Malformed(String),
+}
