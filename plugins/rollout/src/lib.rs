@@ -124,8 +124,8 @@ impl Plugin for Rollout {
         check_relationships(batch, errors);
     }
 
-    fn transform(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
-        fill_defaults(batch, now_micros)
+    fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
+        fill_defaults(batch, call.now_micros)
     }
 }
 

@@ -259,7 +259,11 @@ fn the_ipc_entry_points_round_trip_and_report_rows_across_batches() {
         }
         other => panic!("{other:?}"),
     }
-    let out = run_transform::<Rollout>(&ipc::encode(&[good]).unwrap(), 7).unwrap();
+    let call = CallInfo {
+        now_micros: 7,
+        params: Vec::new(),
+    };
+    let out = run_transform::<Rollout>(&ipc::encode(&[good]).unwrap(), &call).unwrap();
     let back = ipc::decode(&out).unwrap();
     assert_eq!(back[0].schema().as_ref(), &schema());
     assert!(matches!(

@@ -84,7 +84,11 @@ pub fn validate<P: Plugin>(batch: &[u8]) -> Result<(), BatchError> {
 
 #[doc(hidden)]
 pub fn transform<P: Plugin>(batch: &[u8], context: CallContext) -> Result<Vec<u8>, BatchError> {
-    crate::run_transform::<P>(batch, context.now_micros).map_err(batch_error)
+    let call = crate::CallInfo {
+        now_micros: context.now_micros,
+        params: context.params,
+    };
+    crate::run_transform::<P>(batch, &call).map_err(batch_error)
 }
 
 /// Export a [`Plugin`] as the component's `schema-plugin` world.

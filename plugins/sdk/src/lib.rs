@@ -56,13 +56,21 @@ pub trait Plugin {
     /// Record every problem of `batch` in `errors` (row order).
     fn validate(batch: &RecordBatch, errors: &mut RowErrors);
 
-    /// Fill defaults or derive columns. `now_micros` is the host's clock (the
-    /// sandbox has none). Only called when the declaration says
+    /// Fill defaults or derive columns. Only called when the declaration says
     /// `has_transform`; the default returns the batch unchanged.
-    fn transform(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
-        let _ = now_micros;
+    fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
+        let _ = call;
         Ok(batch)
     }
+}
+
+/// What the host tells a `transform` call.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CallInfo {
+    /// The host's clock, microseconds since the Unix epoch (the sandbox has none).
+    pub now_micros: i64,
+    /// The store's creation parameters.
+    pub params: Vec<(String, String)>,
 }
 
 /// Run `validate` over IPC bytes as the host calls it.
@@ -79,13 +87,13 @@ pub fn run_validate<P: Plugin>(bytes: &[u8]) -> Result<(), CallError> {
 }
 
 /// Run `transform` over IPC bytes as the host calls it.
-pub fn run_transform<P: Plugin>(bytes: &[u8], now_micros: i64) -> Result<Vec<u8>, CallError> {
+pub fn run_transform<P: Plugin>(bytes: &[u8], call: &CallInfo) -> Result<Vec<u8>, CallError> {
     let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
     let mut out = Vec::with_capacity(batches.len());
     let mut offset = 0;
     for batch in batches {
         let rows = batch.num_rows();
-        match P::transform(batch, now_micros) {
+        match P::transform(batch, call) {
             Ok(b) => out.push(b),
             Err(mut errors) => {
                 errors.shift_rows(offset);

@@ -1,0 +1,433 @@
+//! The built-in context schema (26 columns; `../shared/spec/builtin-schemas.md`
+//! §2 and §5): agent context records with lifecycle, supersession, tombstones,
+//! an optional caller key (`external_id`) and an embedding.
+//!
+//! Parameters (JSON values): `embedding_dim` (integer > 0, default 1536),
+//! `distance_metric` ("l2" | "cosine" | "dot", default "l2"), `blob_columns`
+//! (a subset of ["text_payload", "binary_payload"], default none; a blob
+//! `text_payload` is stored as LargeBinary). Unknown parameters are refused.
+//!
+//! validate: `id` and `run_id` present and non-empty; `external_id` non-empty
+//! when given; no duplicate `id`, nor duplicate non-null `external_id`, in a
+//! batch; `content_type` is not the reserved tombstone value; every
+//! relationship has a `target_id` and a `relation`.
+//!
+//! transform (defaults where null): `role` "user", `content_type` "text/plain",
+//! `lifecycle_status` "active", `created_at` now.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lance_context_plugin::arrow_array::builder::StringDictionaryBuilder;
+use lance_context_plugin::arrow_array::cast::AsArray;
+use lance_context_plugin::arrow_array::types::{Int8Type, TimestampMicrosecondType};
+use lance_context_plugin::arrow_array::{StringArray, TimestampMicrosecondArray, new_null_array};
+use lance_context_plugin::*;
+
+/// Plugin version.
+pub const VERSION: &str = "0.1.0";
+
+/// The reserved `content_type` of a tombstone record. Callers may not write it.
+pub const TOMBSTONE_CONTENT_TYPE: &str = "application/vnd.lance-context.tombstone";
+
+/// Schema metadata key holding the distance metric.
+pub const METRIC_METADATA: &str = "lance-context:distance_metric";
+
+/// Field metadata marking a blob column.
+pub const BLOB_METADATA: &str = "lance-context:blob";
+
+/// The columns that may be blob columns.
+pub const BLOB_CAPABLE: &[&str] = &["text_payload", "binary_payload"];
+
+/// The store's creation parameters, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextParams {
+    pub embedding_dim: u32,
+    pub metric: Metric,
+    pub blob_columns: Vec<String>,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        Self {
+            embedding_dim: 1536,
+            metric: Metric::L2,
+            blob_columns: Vec::new(),
+        }
+    }
+}
+
+/// Parse and check the parameters; an error names the parameter.
+pub fn parse_params(params: &Params) -> Result<ContextParams, String> {
+    let mut out = ContextParams::default();
+    for (name, value) in params {
+        let json: serde_json::Value =
+            serde_json::from_str(value).map_err(|e| format!("{name}: not valid JSON ({e})"))?;
+        match name.as_str() {
+            "embedding_dim" => {
+                let dim = json
+                    .as_u64()
+                    .filter(|d| *d > 0 && *d <= u32::MAX as u64)
+                    .ok_or_else(|| format!("embedding_dim must be an integer > 0, got {json}"))?;
+                out.embedding_dim = dim as u32;
+            }
+            "distance_metric" => {
+                out.metric = match json.as_str() {
+                    Some("l2") => Metric::L2,
+                    Some("cosine") => Metric::Cosine,
+                    Some("dot") => Metric::Dot,
+                    _ => {
+                        return Err(format!(
+                            "distance_metric must be \"l2\", \"cosine\" or \"dot\", got {json}"
+                        ));
+                    }
+                }
+            }
+            "blob_columns" => {
+                let list = json
+                    .as_array()
+                    .ok_or_else(|| format!("blob_columns must be a list, got {json}"))?;
+                let mut columns = Vec::new();
+                for item in list {
+                    match item.as_str() {
+                        Some(c) if BLOB_CAPABLE.contains(&c) => {
+                            if !columns.iter().any(|x: &String| x == c) {
+                                columns.push(c.to_string());
+                            }
+                        }
+                        _ => {
+                            return Err(format!(
+                                "blob_columns: {item} cannot be a blob column (only {})",
+                                BLOB_CAPABLE.join(", ")
+                            ));
+                        }
+                    }
+                }
+                out.blob_columns = columns;
+            }
+            other => return Err(format!("unknown parameter '{other}'")),
+        }
+    }
+    Ok(out)
+}
+
+fn utf8(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, true)
+}
+
+fn timestamp(name: &str, nullable: bool) -> Field {
+    Field::new(
+        name,
+        DataType::Timestamp(TimeUnit::Microsecond, None),
+        nullable,
+    )
+}
+
+fn blob_mark(field: Field, params: &ContextParams) -> Field {
+    if params.blob_columns.iter().any(|c| c == field.name()) {
+        field.with_metadata(HashMap::from([(
+            BLOB_METADATA.to_string(),
+            "true".to_string(),
+        )]))
+    } else {
+        field
+    }
+}
+
+/// The context schema for these parameters, column for column.
+pub fn schema(params: &ContextParams) -> Schema {
+    let relationship = DataType::Struct(
+        vec![
+            Field::new("target_id", DataType::Utf8, true),
+            Field::new("relation", DataType::Utf8, true),
+            Field::new("weight", DataType::Float32, true),
+        ]
+        .into(),
+    );
+    let state = DataType::Struct(
+        vec![
+            Field::new("step", DataType::Int32, true),
+            Field::new("active_plan_id", DataType::Utf8, true),
+            Field::new("tokens_used", DataType::Int32, true),
+            Field::new("custom", DataType::Utf8, true),
+        ]
+        .into(),
+    );
+    let text_is_blob = params.blob_columns.iter().any(|c| c == "text_payload");
+    let metric = match params.metric {
+        Metric::L2 => "l2",
+        Metric::Cosine => "cosine",
+        Metric::Dot => "dot",
+    };
+    Schema::new_with_metadata(
+        vec![
+            key_field("id"),
+            utf8("external_id"),
+            Field::new("run_id", DataType::Utf8, false),
+            utf8("bot_id"),
+            utf8("session_id"),
+            utf8("tenant"),
+            utf8("source"),
+            timestamp("created_at", false),
+            Field::new(
+                "role",
+                DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)),
+                false,
+            ),
+            Field::new("state_metadata", state, true),
+            Field::new("metadata", DataType::LargeUtf8, true),
+            Field::new(
+                "relationships",
+                DataType::List(Arc::new(Field::new("item", relationship, true))),
+                true,
+            ),
+            timestamp("expires_at", true),
+            utf8("retention_policy"),
+            Field::new("lifecycle_status", DataType::Utf8, false),
+            timestamp("retired_at", true),
+            utf8("retired_reason"),
+            utf8("supersedes_id"),
+            utf8("superseded_by_id"),
+            Field::new("content_type", DataType::Utf8, false),
+            blob_mark(
+                Field::new(
+                    "text_payload",
+                    if text_is_blob {
+                        DataType::LargeBinary
+                    } else {
+                        DataType::LargeUtf8
+                    },
+                    true,
+                ),
+                params,
+            ),
+            blob_mark(
+                Field::new("binary_payload", DataType::LargeBinary, true),
+                params,
+            ),
+            utf8("payload_uri"),
+            Field::new("payload_size", DataType::Int64, true),
+            utf8("payload_checksum"),
+            Field::new(
+                "embedding",
+                DataType::FixedSizeList(
+                    Arc::new(Field::new("item", DataType::Float32, true)),
+                    params.embedding_dim as i32,
+                ),
+                true,
+            ),
+        ],
+        HashMap::from([(METRIC_METADATA.to_string(), metric.to_string())]),
+    )
+}
+
+/// The context plugin.
+pub struct Context;
+
+impl Plugin for Context {
+    fn describe(params: &Params) -> Result<Declaration, String> {
+        let params = parse_params(params)?;
+        let mut declaration = Declaration::new("context", VERSION, schema(&params))
+            .with_vector("embedding", params.embedding_dim, params.metric)
+            .with_transform();
+        for column in &params.blob_columns {
+            declaration = declaration.with_blob(column);
+        }
+        declaration.secondary_key = Some("external_id".to_string());
+        declaration.capabilities = Capabilities {
+            tombstones: true,
+            supersession: true,
+            lifecycle: true,
+            unique_secondary_key: true,
+        };
+        Ok(declaration)
+    }
+
+    fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+        for column in ["id", "run_id"] {
+            for row in rows_where_empty(batch, column) {
+                errors.push(
+                    row,
+                    Some(column),
+                    "required",
+                    format!("{column} is required"),
+                );
+            }
+        }
+        let strings = |name: &str| {
+            batch
+                .column_by_name(name)
+                .filter(|c| c.data_type() == &DataType::Utf8)
+                .map(|c| c.as_string::<i32>().clone())
+        };
+        if let Some(external) = strings("external_id") {
+            for row in 0..external.len() {
+                if external.is_valid(row) && external.value(row).is_empty() {
+                    errors.push(
+                        row,
+                        Some("external_id"),
+                        "required",
+                        "external_id must not be empty when given",
+                    );
+                }
+            }
+            duplicates(&external, "external_id", errors);
+        }
+        if let Some(ids) = strings("id") {
+            duplicates(&ids, "id", errors);
+        }
+        if let Some(types) = strings("content_type") {
+            for row in 0..types.len() {
+                if types.is_valid(row) && types.value(row) == TOMBSTONE_CONTENT_TYPE {
+                    errors.push(
+                        row,
+                        Some("content_type"),
+                        "reserved",
+                        format!(
+                            "content_type '{TOMBSTONE_CONTENT_TYPE}' is reserved for tombstones"
+                        ),
+                    );
+                }
+            }
+        }
+        if let Some(lists) = batch.column_by_name("relationships") {
+            let lists = lists.as_list::<i32>();
+            for row in 0..lists.len() {
+                if lists.is_null(row) {
+                    continue;
+                }
+                let items = lists.value(row);
+                let items = items.as_struct();
+                for field in ["target_id", "relation"] {
+                    let missing = match items.column_by_name(field) {
+                        None => true,
+                        Some(values) => {
+                            (0..items.len()).any(|i| items.is_valid(i) && values.is_null(i))
+                        }
+                    };
+                    if missing {
+                        errors.push(
+                            row,
+                            Some("relationships"),
+                            "relationship",
+                            format!("a relationship has no {field}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
+        let params = parse_params(&call.params).map_err(|e| {
+            let mut errors = RowErrors::default();
+            errors.push(0, None, "params", e);
+            errors
+        })?;
+        fill_defaults(batch, &params, call.now_micros)
+    }
+}
+
+/// Report every row repeating an earlier non-null value of `column`.
+fn duplicates(values: &StringArray, column: &str, errors: &mut RowErrors) {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for row in 0..values.len() {
+        if values.is_null(row) || values.value(row).is_empty() {
+            continue;
+        }
+        let v = values.value(row);
+        if let Some(&earlier) = first.get(v) {
+            errors.push(
+                row,
+                Some(column),
+                "duplicate",
+                format!("{column} '{v}' repeats row {earlier}"),
+            );
+        } else {
+            first.insert(v, row);
+        }
+    }
+}
+
+/// Fill the defaults where null; the declared schema out.
+pub fn fill_defaults(
+    batch: RecordBatch,
+    params: &ContextParams,
+    now_micros: i64,
+) -> Result<RecordBatch, RowErrors> {
+    let declared = Arc::new(schema(params));
+    let rows = batch.num_rows();
+    let text_default = |given: Option<ArrayRef>, default: &str| -> ArrayRef {
+        let given = given.map(|c| c.as_string::<i32>().clone());
+        Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
+            given
+                .as_ref()
+                .filter(|g| g.is_valid(i))
+                .map(|g| g.value(i).to_string())
+                .unwrap_or_else(|| default.to_string())
+        })))
+    };
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(declared.fields().len());
+    for field in declared.fields() {
+        let given = batch.column_by_name(field.name()).cloned();
+        let column: ArrayRef = match field.name().as_str() {
+            "content_type" => text_default(given, "text/plain"),
+            "lifecycle_status" => text_default(given, "active"),
+            "role" => {
+                let given = given.map(|c| c.as_dictionary::<Int8Type>().clone());
+                let mut builder = StringDictionaryBuilder::<Int8Type>::new();
+                for i in 0..rows {
+                    let value = given.as_ref().filter(|g| g.is_valid(i)).map(|g| {
+                        g.values()
+                            .as_string::<i32>()
+                            .value(g.keys().value(i) as usize)
+                            .to_string()
+                    });
+                    builder
+                        .append(value.as_deref().unwrap_or("user"))
+                        .map_err(|e| {
+                            let mut errors = RowErrors::default();
+                            errors.push(
+                                i,
+                                Some("role"),
+                                "role",
+                                format!("too many distinct roles: {e}"),
+                            );
+                            errors
+                        })?;
+                }
+                Arc::new(builder.finish())
+            }
+            "created_at" => {
+                let given = given.map(|c| c.as_primitive::<TimestampMicrosecondType>().clone());
+                Arc::new(TimestampMicrosecondArray::from_iter_values((0..rows).map(
+                    |i| {
+                        given
+                            .as_ref()
+                            .filter(|g| g.is_valid(i))
+                            .map(|g| g.value(i))
+                            .unwrap_or(now_micros)
+                    },
+                )))
+            }
+            _ => given.unwrap_or_else(|| new_null_array(field.data_type(), rows)),
+        };
+        columns.push(column);
+    }
+    RecordBatch::try_new(declared, columns).map_err(|e| {
+        let mut errors = RowErrors::default();
+        errors.push(
+            0,
+            None,
+            "schema",
+            format!("the batch does not fit the context schema: {e}"),
+        );
+        errors
+    })
+}
+
+#[cfg(target_arch = "wasm32")]
+export_plugin!(Context);
+
+#[cfg(test)]
+mod tests;
