@@ -7,6 +7,7 @@ mod support;
 mod crash;
 mod fencing;
 mod maintenance;
+mod plugins;
 mod read;
 mod shards;
 mod storage_options;

@@ -1,0 +1,17 @@
+//! # lance-context-host
+//!
+//! The host around the storage engine: the sandboxed schema-plugin runtime
+//! ([`plugin`]), and the `lance-context` CLI (the binary).
+
+pub mod plugin;
+
+/// Where the host's build placed the plugins it built for `wasm32-wasip2` (the
+/// built-in schemas, and the fixtures the tests load).
+pub const BUILT_PLUGINS_DIR: &str = env!("LANCE_CONTEXT_PLUGINS_DIR");
+
+/// The path of a plugin built with the host, e.g. `built_plugin("rollout")`
+/// for `lance_context_rollout.wasm`.
+pub fn built_plugin(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(BUILT_PLUGINS_DIR)
+        .join(format!("lance_context_{}.wasm", name.replace('-', "_")))
+}

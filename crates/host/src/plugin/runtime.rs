@@ -1,0 +1,761 @@
+//! The plugin runtime: engine, limits, instance pools, output checks.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use arrow_ipc::reader::StreamDecoder;
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::{DataType, Schema, SchemaRef};
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{self, SchemaPlugin, SchemaPluginPre};
+
+/// The contract ABI version this host speaks (`lance-context:plugin@0.1.0`).
+pub const ABI_VERSION: u32 = 1;
+
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+const STDERR_CAPTURE: usize = 64 << 10;
+
+/// Limits applied to every plugin call.
+#[derive(Debug, Clone)]
+pub struct PluginLimits {
+    /// Wall-clock time one call may take.
+    pub call_deadline: Duration,
+    /// Linear memory one instance may use.
+    pub memory_bytes: usize,
+    /// Size of one call's output (a transformed batch or a declaration).
+    pub output_bytes: usize,
+    /// WebAssembly stack.
+    pub max_wasm_stack: usize,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            call_deadline: Duration::from_secs(5),
+            memory_bytes: 512 << 20,
+            output_bytes: 256 << 20,
+            max_wasm_stack: 1 << 20,
+        }
+    }
+}
+
+/// One row-level problem reported by a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowError {
+    pub row: u32,
+    pub column: Option<String>,
+    pub code: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.column {
+            Some(c) => write!(
+                f,
+                "row {}, column '{c}': {} ({})",
+                self.row, self.message, self.code
+            ),
+            None => write!(f, "row {}: {} ({})", self.row, self.message, self.code),
+        }
+    }
+}
+
+/// A plugin failure, always naming the plugin.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PluginError {
+    /// The bytes are not a component this host can compile or link.
+    #[error("plugin {plugin}: cannot load: {message}")]
+    Load { plugin: String, message: String },
+    /// The plugin was built against an ABI this host does not speak.
+    #[error(
+        "plugin {plugin}: ABI version {found} is not supported (this host speaks {ABI_VERSION})"
+    )]
+    UnsupportedAbi { plugin: String, found: u32 },
+    /// `describe` refused the creation parameters.
+    #[error("plugin {plugin}: invalid parameters: {message}")]
+    InvalidParams { plugin: String, message: String },
+    /// The declaration is unusable (schema does not decode, key missing, …).
+    #[error("plugin {plugin}: invalid declaration: {message}")]
+    InvalidDeclaration { plugin: String, message: String },
+    /// `validate` or `transform` rejected rows.
+    #[error("plugin {plugin}: {} row error(s), first: {}", errors.len(), errors.first().map(ToString::to_string).unwrap_or_default())]
+    Rejected {
+        plugin: String,
+        errors: Vec<RowError>,
+    },
+    /// The call ran past its deadline.
+    #[error("plugin {plugin}: call exceeded its deadline of {deadline:?}")]
+    Timeout { plugin: String, deadline: Duration },
+    /// The instance tried to grow its memory past the cap.
+    #[error("plugin {plugin}: exceeded its memory limit of {limit} bytes")]
+    MemoryLimit { plugin: String, limit: usize },
+    /// The guest panicked.
+    #[error("plugin {plugin}: panicked: {message}")]
+    Panic { plugin: String, message: String },
+    /// Any other trap.
+    #[error("plugin {plugin}: trapped: {message}")]
+    Trap { plugin: String, message: String },
+    /// The output is too large.
+    #[error("plugin {plugin}: output of {size} bytes exceeds the limit of {limit}")]
+    OutputTooLarge {
+        plugin: String,
+        size: usize,
+        limit: usize,
+    },
+    /// The output is not valid Arrow IPC.
+    #[error("plugin {plugin}: malformed output: {message}")]
+    MalformedOutput { plugin: String, message: String },
+    /// The output does not match the declared schema.
+    #[error("plugin {plugin}: output does not match the declared schema: {message}")]
+    SchemaMismatch { plugin: String, message: String },
+    /// The plugin reported its input as malformed (a host bug or version skew).
+    #[error("plugin {plugin}: rejected its input as malformed: {message}")]
+    MalformedInput { plugin: String, message: String },
+}
+
+impl PluginError {
+    /// The row errors, when rows were rejected.
+    pub fn row_errors(&self) -> Option<&[RowError]> {
+        match self {
+            Self::Rejected { errors, .. } => Some(errors),
+            _ => None,
+        }
+    }
+}
+
+/// A vector column as declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorDecl {
+    pub name: String,
+    pub dimension: u32,
+    /// "l2", "cosine" or "dot".
+    pub metric: String,
+}
+
+/// What a plugin declared, checked and in host types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginDeclaration {
+    pub name: String,
+    pub version: String,
+    pub abi_version: u32,
+    pub schema: SchemaRef,
+    pub key_column: String,
+    pub blob_columns: Vec<String>,
+    pub vector_columns: Vec<VectorDecl>,
+    pub secondary_key: Option<String>,
+    pub tombstones: bool,
+    pub supersession: bool,
+    pub lifecycle: bool,
+    pub unique_secondary_key: bool,
+    pub has_transform: bool,
+    /// sha256 of the component bytes (hex).
+    pub sha256: String,
+}
+
+/// Per-store state of an instance.
+struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory_limit: usize,
+    memory_denied: bool,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.memory_denied = true;
+            return Err(wasmtime::format_err!(
+                "memory limit of {} bytes reached",
+                self.memory_limit
+            ));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// A clock stopped at the epoch: the sandbox observes no time.
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Compiles, links and loads plugins.
+pub struct PluginRuntime {
+    engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    limits: PluginLimits,
+    cache: Option<Cache>,
+    ticker_stop: Arc<AtomicBool>,
+    ticker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRuntime")
+            .field("limits", &self.limits)
+            .field("cache", &self.cache.as_ref().map(|c| c.directory().clone()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginRuntime {
+    /// A runtime with these limits; compiled components are cached under
+    /// `cache_dir` when given.
+    pub fn new(limits: PluginLimits, cache_dir: Option<PathBuf>) -> Result<Self, PluginError> {
+        let load_error = |message: String| PluginError::Load {
+            plugin: "(runtime)".to_string(),
+            message,
+        };
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.max_wasm_stack(limits.max_wasm_stack);
+        let cache = match cache_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| load_error(format!("cache directory {}: {e}", dir.display())))?;
+                let mut cache_config = CacheConfig::new();
+                cache_config.with_directory(dir);
+                let cache = Cache::new(cache_config).map_err(|e| load_error(e.to_string()))?;
+                config.cache(Some(cache.clone()));
+                Some(cache)
+            }
+            None => None,
+        };
+        let engine = Engine::new(&config).map_err(|e| load_error(e.to_string()))?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| load_error(e.to_string()))?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let engine = engine.clone();
+            let stop = ticker_stop.clone();
+            std::thread::Builder::new()
+                .name("plugin-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| load_error(format!("starting the epoch ticker: {e}")))?
+        };
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            limits,
+            cache,
+            ticker_stop,
+            ticker: Some(ticker),
+        })
+    }
+
+    /// Compiled-component cache hits and misses since this runtime started.
+    pub fn cache_stats(&self) -> Option<(usize, usize)> {
+        self.cache
+            .as_ref()
+            .map(|c| (c.cache_hits(), c.cache_misses()))
+    }
+
+    /// Compile `bytes` (through the cache), instantiate, and call `describe`
+    /// with `params`; the declaration is checked before it is returned.
+    pub fn load(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        params: Vec<(String, String)>,
+    ) -> Result<LoadedPlugin, PluginError> {
+        let sha256 = hex(&Sha256::digest(bytes));
+        let component = Component::new(&self.engine, bytes).map_err(|e| PluginError::Load {
+            plugin: label.to_string(),
+            message: format!("{e:#}"),
+        })?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| PluginError::Load {
+                    plugin: label.to_string(),
+                    message: format!("{e:#}"),
+                })?;
+        let pre = SchemaPluginPre::new(instance_pre).map_err(|e| PluginError::Load {
+            plugin: label.to_string(),
+            message: format!("not a schema plugin: {e:#}"),
+        })?;
+        let mut plugin = LoadedPlugin {
+            label: label.to_string(),
+            engine: self.engine.clone(),
+            pre,
+            limits: self.limits.clone(),
+            params,
+            pool: Mutex::new(Vec::new()),
+            declaration: None,
+        };
+        let declaration = plugin.describe(sha256)?;
+        plugin.label = declaration.name.clone();
+        plugin.declaration = Some(declaration);
+        Ok(plugin)
+    }
+}
+
+impl Drop for PluginRuntime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Instance {
+    store: Store<HostState>,
+    plugin: SchemaPlugin,
+}
+
+/// A loaded, described plugin. Safe to share between threads.
+pub struct LoadedPlugin {
+    label: String,
+    engine: Engine,
+    pre: SchemaPluginPre<HostState>,
+    limits: PluginLimits,
+    params: Vec<(String, String)>,
+    pool: Mutex<Vec<Instance>>,
+    declaration: Option<PluginDeclaration>,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin")
+            .field("plugin", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedPlugin {
+    /// The checked declaration.
+    pub fn declaration(&self) -> &PluginDeclaration {
+        self.declaration
+            .as_ref()
+            .expect("a LoadedPlugin is only handed out after describe")
+    }
+
+    fn instance(&self) -> Result<Instance, PluginError> {
+        if let Some(instance) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(instance);
+        }
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let wasi = WasiCtx::builder()
+            .stderr(stderr.clone())
+            .wall_clock(FrozenClock)
+            .monotonic_clock(FrozenClock)
+            .secure_random(wasmtime_wasi::Deterministic::new(vec![7]))
+            .insecure_random(wasmtime_wasi::Deterministic::new(vec![7]))
+            .insecure_random_seed(7)
+            .build();
+        let mut store = Store::new(
+            &self.engine,
+            HostState {
+                wasi,
+                table: ResourceTable::new(),
+                memory_limit: self.limits.memory_bytes,
+                memory_denied: false,
+                stderr,
+            },
+        );
+        store.limiter(|s| s as &mut dyn ResourceLimiter);
+        store.set_epoch_deadline(self.deadline_ticks());
+        let plugin = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| self.trap(&store, e))?;
+        Ok(Instance { store, plugin })
+    }
+
+    fn deadline_ticks(&self) -> u64 {
+        (self.limits.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+    }
+
+    /// Run `f` on a pooled instance; a trap discards the instance.
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&SchemaPlugin, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
+        let mut instance = self.instance()?;
+        instance.store.set_epoch_deadline(self.deadline_ticks());
+        match f(&instance.plugin, &mut instance.store) {
+            Ok(r) => {
+                self.pool
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(instance);
+                Ok(r)
+            }
+            Err(e) => Err(self.trap(&instance.store, e)),
+        }
+    }
+
+    fn trap(&self, store: &Store<HostState>, err: wasmtime::Error) -> PluginError {
+        let plugin = self.label.clone();
+        if store.data().memory_denied {
+            return PluginError::MemoryLimit {
+                plugin,
+                limit: self.limits.memory_bytes,
+            };
+        }
+        match err.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => PluginError::Timeout {
+                plugin,
+                deadline: self.limits.call_deadline,
+            },
+            Some(Trap::UnreachableCodeReached) => {
+                // Rust's panic hook writes "thread … panicked at file:line:col:",
+                // the message, then a hint about RUST_BACKTRACE.
+                let stderr = String::from_utf8_lossy(&store.data().stderr.contents()).into_owned();
+                let message: Vec<&str> = stderr
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with("note: run with"))
+                    .collect();
+                PluginError::Panic {
+                    plugin,
+                    message: if message.is_empty() {
+                        "(no message)".to_string()
+                    } else {
+                        message.join(" ")
+                    },
+                }
+            }
+            _ => PluginError::Trap {
+                plugin,
+                message: format!("{err:#}"),
+            },
+        }
+    }
+
+    fn describe(&self, sha256: String) -> Result<PluginDeclaration, PluginError> {
+        let params = self.params.clone();
+        let result = self.call(|p, s| p.call_describe(s, &params))?;
+        let decl = result.map_err(|e| match e {
+            bindings::DescribeError::InvalidParams(message) => PluginError::InvalidParams {
+                plugin: self.label.clone(),
+                message,
+            },
+        })?;
+        let plugin = if decl.name.is_empty() {
+            self.label.clone()
+        } else {
+            decl.name.clone()
+        };
+        let invalid = |message: String| PluginError::InvalidDeclaration {
+            plugin: plugin.clone(),
+            message,
+        };
+        if decl.abi_version != ABI_VERSION {
+            return Err(PluginError::UnsupportedAbi {
+                plugin,
+                found: decl.abi_version,
+            });
+        }
+        if decl.arrow_schema.len() > self.limits.output_bytes {
+            return Err(PluginError::OutputTooLarge {
+                plugin,
+                size: decl.arrow_schema.len(),
+                limit: self.limits.output_bytes,
+            });
+        }
+        let schema = decode_schema(&decl.arrow_schema).map_err(invalid)?;
+        let key = schema.field_with_name(&decl.key_column).map_err(|_| {
+            invalid(format!(
+                "key column '{}' is not in the schema",
+                decl.key_column
+            ))
+        })?;
+        if key.data_type() != &DataType::Utf8 || key.is_nullable() {
+            return Err(invalid(format!(
+                "key column '{}' must be a non-null Utf8",
+                decl.key_column
+            )));
+        }
+        for column in decl.blob_columns.iter().chain(decl.secondary_key.iter()) {
+            if schema.field_with_name(column).is_err() {
+                return Err(invalid(format!(
+                    "declared column '{column}' is not in the schema"
+                )));
+            }
+        }
+        let mut vectors = Vec::new();
+        for v in &decl.vector_columns {
+            match schema
+                .field_with_name(&v.name)
+                .map(|f| f.data_type().clone())
+            {
+                Ok(DataType::FixedSizeList(item, dim))
+                    if item.data_type() == &DataType::Float32
+                        && dim as u32 == v.dimension
+                        && dim > 0 => {}
+                _ => {
+                    return Err(invalid(format!(
+                        "vector column '{}' must be FixedSizeList<Float32, {}>",
+                        v.name, v.dimension
+                    )));
+                }
+            }
+            vectors.push(VectorDecl {
+                name: v.name.clone(),
+                dimension: v.dimension,
+                metric: match v.metric {
+                    bindings::Metric::L2 => "l2",
+                    bindings::Metric::Cosine => "cosine",
+                    bindings::Metric::Dot => "dot",
+                }
+                .to_string(),
+            });
+        }
+        Ok(PluginDeclaration {
+            name: plugin,
+            version: decl.version,
+            abi_version: decl.abi_version,
+            schema: Arc::new(schema),
+            key_column: decl.key_column,
+            blob_columns: decl.blob_columns,
+            vector_columns: vectors,
+            secondary_key: decl.secondary_key,
+            tombstones: decl
+                .capabilities
+                .contains(bindings::Capabilities::TOMBSTONES),
+            supersession: decl
+                .capabilities
+                .contains(bindings::Capabilities::SUPERSESSION),
+            lifecycle: decl
+                .capabilities
+                .contains(bindings::Capabilities::LIFECYCLE),
+            unique_secondary_key: decl
+                .capabilities
+                .contains(bindings::Capabilities::UNIQUE_SECONDARY_KEY),
+            has_transform: decl.has_transform,
+            sha256,
+        })
+    }
+
+    fn batch_error(&self, e: bindings::BatchError) -> PluginError {
+        match e {
+            bindings::BatchError::Rows(rows) => PluginError::Rejected {
+                plugin: self.label.clone(),
+                errors: rows
+                    .into_iter()
+                    .map(|r| RowError {
+                        row: r.row,
+                        column: r.column,
+                        code: r.code,
+                        message: r.message,
+                    })
+                    .collect(),
+            },
+            bindings::BatchError::MalformedInput(message) => PluginError::MalformedInput {
+                plugin: self.label.clone(),
+                message,
+            },
+        }
+    }
+
+    /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with every row error.
+    pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
+        let bytes = encode(batch).map_err(|message| PluginError::MalformedInput {
+            plugin: self.label.clone(),
+            message,
+        })?;
+        self.call(|p, s| p.call_validate(s, &bytes))?
+            .map_err(|e| self.batch_error(e))
+    }
+
+    /// Transform a batch; the output is checked against the declared schema.
+    /// Without a declared transform, the batch is returned as is.
+    pub fn transform(
+        &self,
+        batch: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<RecordBatch, PluginError> {
+        let declared = self.declaration();
+        if !declared.has_transform {
+            return Ok(batch.clone());
+        }
+        let bytes = encode(batch).map_err(|message| PluginError::MalformedInput {
+            plugin: self.label.clone(),
+            message,
+        })?;
+        let context = bindings::CallContext {
+            now_micros,
+            params: self.params.clone(),
+        };
+        let out = self
+            .call(|p, s| p.call_transform(s, &bytes, &context))?
+            .map_err(|e| self.batch_error(e))?;
+        if out.len() > self.limits.output_bytes {
+            return Err(PluginError::OutputTooLarge {
+                plugin: self.label.clone(),
+                size: out.len(),
+                limit: self.limits.output_bytes,
+            });
+        }
+        let batches = decode(&out).map_err(|message| PluginError::MalformedOutput {
+            plugin: self.label.clone(),
+            message,
+        })?;
+        let mut rows = 0;
+        for b in &batches {
+            if b.schema().as_ref() != declared.schema.as_ref() {
+                return Err(PluginError::SchemaMismatch {
+                    plugin: self.label.clone(),
+                    message: schema_difference(&declared.schema, &b.schema()),
+                });
+            }
+            rows += b.num_rows();
+        }
+        if rows != batch.num_rows() {
+            return Err(PluginError::SchemaMismatch {
+                plugin: self.label.clone(),
+                message: format!("{} rows in, {rows} rows out", batch.num_rows()),
+            });
+        }
+        arrow_select_concat(&declared.schema, &batches).map_err(|message| {
+            PluginError::MalformedOutput {
+                plugin: self.label.clone(),
+                message,
+            }
+        })
+    }
+}
+
+fn arrow_select_concat(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch, String> {
+    arrow_select::concat::concat_batches(schema, batches).map_err(|e| e.to_string())
+}
+
+/// Where two schemas first differ, by column name.
+fn schema_difference(declared: &Schema, got: &Schema) -> String {
+    for field in declared.fields() {
+        match got.field_with_name(field.name()) {
+            Err(_) => return format!("column '{}' is missing", field.name()),
+            Ok(g) if g != field.as_ref() => {
+                return format!(
+                    "column '{}' is {} (nullable: {}), declared {} (nullable: {})",
+                    field.name(),
+                    g.data_type(),
+                    g.is_nullable(),
+                    field.data_type(),
+                    field.is_nullable()
+                );
+            }
+            Ok(_) => {}
+        }
+    }
+    for field in got.fields() {
+        if declared.field_with_name(field.name()).is_err() {
+            return format!("column '{}' is not declared", field.name());
+        }
+    }
+    if declared.fields().len() == got.fields().len()
+        && declared
+            .fields()
+            .iter()
+            .zip(got.fields())
+            .any(|(a, b)| a.name() != b.name())
+    {
+        return "columns are in another order".to_string();
+    }
+    "schema metadata differs".to_string()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut out, &batch.schema()).map_err(|e| e.to_string())?;
+    writer.write(batch).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())?;
+    drop(writer);
+    Ok(out)
+}
+
+/// Bounded decode of untrusted IPC (never trusts length prefixes to allocate).
+fn decode(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
+    let mut decoder = StreamDecoder::new();
+    let mut buffer = Buffer::from(bytes.to_vec());
+    let mut batches = Vec::new();
+    while !buffer.is_empty() {
+        match decoder.decode(&mut buffer) {
+            Ok(Some(b)) => batches.push(b),
+            Ok(None) => {}
+            Err(e) => return Err(format!("invalid Arrow IPC stream: {e}")),
+        }
+    }
+    decoder
+        .finish()
+        .map_err(|e| format!("truncated Arrow IPC stream: {e}"))?;
+    Ok(batches)
+}
+
+fn decode_schema(bytes: &[u8]) -> Result<Schema, String> {
+    let mut decoder = StreamDecoder::new();
+    let mut buffer = Buffer::from(bytes.to_vec());
+    while !buffer.is_empty() {
+        decoder
+            .decode(&mut buffer)
+            .map_err(|e| format!("the declared schema is not Arrow IPC: {e}"))?;
+    }
+    decoder
+        .schema()
+        .map(|s| s.as_ref().clone())
+        .ok_or_else(|| "the declared schema stream holds no schema".to_string())
+}

@@ -1,0 +1,280 @@
+//! The plugin runtime with real components: the built-in schemas, and a
+//! hostile plugin whose every misbehaviour must end in a typed error while the
+//! same runtime keeps serving.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{LargeStringArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use lance_context_host::built_plugin;
+use lance_context_host::plugin::{PluginError, PluginLimits, PluginRuntime};
+use lance_context_store::{Store, StoreConfig};
+
+use crate::support::temp_uri;
+
+fn runtime(limits: PluginLimits) -> PluginRuntime {
+    PluginRuntime::new(limits, None).unwrap()
+}
+
+fn bytes(name: &str) -> Vec<u8> {
+    let path = built_plugin(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A client batch for the rollout schema: only some columns, nullable.
+fn rollout_rows(ids: &[&str], rollouts: &[Option<&str>]) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("rollout_id", DataType::Utf8, true),
+            Field::new("content", DataType::LargeUtf8, true),
+        ])),
+        vec![
+            Arc::new(StringArray::from(ids.to_vec())),
+            Arc::new(StringArray::from(rollouts.to_vec())),
+            Arc::new(LargeStringArray::from(vec![Some("hello"); ids.len()])),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_builtin_plugins_load_and_declare_their_schemas() {
+    let rt = runtime(PluginLimits::default());
+    let rollout = rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
+    let d = rollout.declaration();
+    assert_eq!((d.name.as_str(), d.key_column.as_str()), ("rollout", "id"));
+    assert_eq!(d.schema.fields().len(), 36);
+    assert_eq!(d.sha256.len(), 64);
+    assert!(d.has_transform);
+
+    let datagen = rt.load("datagen", &bytes("datagen"), vec![]).unwrap();
+    assert_eq!(datagen.declaration().key_column, "event_id");
+    assert_eq!(datagen.declaration().schema.fields().len(), 34);
+
+    let context = rt
+        .load(
+            "context",
+            &bytes("context"),
+            params(&[("embedding_dim", "8"), ("distance_metric", "\"cosine\"")]),
+        )
+        .unwrap();
+    let d = context.declaration();
+    assert_eq!(d.schema.fields().len(), 26);
+    assert_eq!(d.vector_columns.len(), 1);
+    assert_eq!(
+        (
+            d.vector_columns[0].dimension,
+            d.vector_columns[0].metric.as_str()
+        ),
+        (8, "cosine")
+    );
+    assert_eq!(d.secondary_key.as_deref(), Some("external_id"));
+    assert!(d.tombstones && d.supersession && d.lifecycle && d.unique_secondary_key);
+
+    // Bad parameters are the plugin's typed refusal, naming the parameter.
+    let err = rt
+        .load(
+            "context",
+            &bytes("context"),
+            params(&[("embedding_dim", "0")]),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, PluginError::InvalidParams { message, .. } if message.contains("embedding_dim")),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_rows_go_through_the_component_into_a_store_and_back() {
+    let rt = runtime(PluginLimits::default());
+    let rollout = rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
+
+    // Rejected rows come back as data, with row and column.
+    let err = rollout
+        .validate(&rollout_rows(&["a", "b"], &[Some("r"), None]))
+        .unwrap_err();
+    let rows = err.row_errors().expect("row errors");
+    assert_eq!(rows.len(), 1, "{err}");
+    assert_eq!(
+        (rows[0].row, rows[0].column.as_deref()),
+        (1, Some("rollout_id"))
+    );
+
+    let input = rollout_rows(&["a", "b"], &[Some("r1"), Some("r1")]);
+    rollout.validate(&input).unwrap();
+    let ready = rollout.transform(&input, 1_700_000_000_000_000).unwrap();
+    assert_eq!(ready.schema(), rollout.declaration().schema);
+
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(
+        StoreConfig::new(&uri)
+            .with_schema(rollout.declaration().schema.clone())
+            .with_manual_maintenance(),
+    )
+    .await
+    .unwrap();
+    store.add(&ready).await.unwrap();
+    let row = store.get("b").await.unwrap().expect("row b");
+    let problem = row
+        .column_by_name("problem_id")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap()
+        .value(0)
+        .to_string();
+    assert_eq!(problem, "r1", "the plugin's default reached the store");
+}
+
+fn hostile(mode: &str) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("mode", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(StringArray::from(vec!["x"])),
+            Arc::new(StringArray::from(vec![mode])),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn hostile_plugins_get_typed_errors_and_the_host_keeps_serving() {
+    let limits = PluginLimits {
+        call_deadline: Duration::from_millis(300),
+        memory_bytes: 64 << 20,
+        ..PluginLimits::default()
+    };
+    let rt = runtime(limits);
+    let good = rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
+    let bad = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    let still_serving = || {
+        good.validate(&rollout_rows(&["a"], &[Some("r")])).unwrap();
+        bad.validate(&hostile("behave")).unwrap();
+    };
+
+    let started = Instant::now();
+    let err = bad.validate(&hostile("loop")).unwrap_err();
+    assert!(matches!(err, PluginError::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the deadline fired"
+    );
+    assert!(
+        err.to_string().contains("hostile"),
+        "names the plugin: {err}"
+    );
+    still_serving();
+
+    let err = bad.validate(&hostile("bomb")).unwrap_err();
+    assert!(matches!(err, PluginError::MemoryLimit { .. }), "{err}");
+    still_serving();
+
+    let err = bad.validate(&hostile("panic")).unwrap_err();
+    assert!(
+        matches!(&err, PluginError::Panic { message, .. } if message.contains("panicked on purpose")),
+        "{err}"
+    );
+    still_serving();
+
+    let err = bad.transform(&hostile("garbage"), 0).unwrap_err();
+    assert!(matches!(err, PluginError::MalformedOutput { .. }), "{err}");
+    still_serving();
+
+    let err = bad.transform(&hostile("lying"), 0).unwrap_err();
+    assert!(
+        matches!(&err, PluginError::SchemaMismatch { message, .. } if message.contains("mode")),
+        "{err}"
+    );
+    still_serving();
+
+    let err = rt
+        .load("hostile", &bytes("test_hostile"), params(&[("abi", "99")]))
+        .unwrap_err();
+    assert!(
+        matches!(err, PluginError::UnsupportedAbi { found: 99, .. }),
+        "{err}"
+    );
+
+    let err = rt.load("junk", b"not a component", vec![]).unwrap_err();
+    assert!(matches!(err, PluginError::Load { .. }), "{err}");
+    still_serving();
+}
+
+#[test]
+fn concurrent_callers_each_get_an_instance() {
+    let rt = runtime(PluginLimits::default());
+    let rollout = Arc::new(rt.load("rollout", &bytes("rollout"), vec![]).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let rollout = rollout.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    let id = format!("t{t}-{i}");
+                    rollout
+                        .validate(&rollout_rows(&[id.as_str()], &[Some("r")]))
+                        .unwrap();
+                    let out = rollout
+                        .transform(&rollout_rows(&[id.as_str()], &[Some("r")]), 1)
+                        .unwrap();
+                    assert_eq!(out.num_rows(), 1);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn a_second_start_hits_the_compiled_component_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let first =
+        PluginRuntime::new(PluginLimits::default(), Some(dir.path().to_path_buf())).unwrap();
+    first.load("rollout", &bytes("rollout"), vec![]).unwrap();
+    let (hits, misses) = first.cache_stats().unwrap();
+    assert_eq!(hits, 0);
+    assert!(misses >= 1);
+    drop(first);
+    // The cache is written by a background worker: wait until it has landed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count_files(dir.path()) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first start wrote nothing to the cache"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second =
+        PluginRuntime::new(PluginLimits::default(), Some(dir.path().to_path_buf())).unwrap();
+    second.load("rollout", &bytes("rollout"), vec![]).unwrap();
+    let (hits, misses) = second.cache_stats().unwrap();
+    assert!(hits >= 1, "second start: {hits} hits, {misses} misses");
+}
+
+fn count_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let path = e.path();
+                    if path.is_dir() { count_files(&path) } else { 1 }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
