@@ -278,3 +278,88 @@ fn count_files(dir: &std::path::Path) -> usize {
         })
         .unwrap_or(0)
 }
+
+/// The example third-party plugin (`plugins/example`): JSON Lines in, its
+/// custom rule enforced, rows stored and searchable by their embedding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
+    use lance_context_host::pipeline::{self, PipelineError};
+    use lance_context_store::{IndexSettings, Metric, VectorColumn, VectorIndexKind, VectorQuery};
+
+    let rt = runtime(PluginLimits::default());
+    let notes = rt.load("example", &bytes("example"), vec![]).unwrap();
+    let declared = notes.declaration().clone();
+    assert_eq!(declared.vector_columns[0].metric, "cosine");
+
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(
+        StoreConfig::new(&uri)
+            .with_schema(declared.schema.clone())
+            .with_manual_maintenance()
+            .with_indexes(IndexSettings {
+                vector_columns: vec![VectorColumn {
+                    column: "embedding".into(),
+                    dimension: 4,
+                    metric: Metric::Cosine,
+                    kind: VectorIndexKind::IvfPq,
+                }],
+                ..IndexSettings::default()
+            }),
+    )
+    .await
+    .unwrap();
+
+    let good = br#"{"id": "n1", "text": "buy milk", "priority": 2, "embedding": [1, 0, 0, 0]}
+{"id": "n2", "text": "call mum", "embedding": [0, 1, 0, 0]}
+"#;
+    let batch = pipeline::rows_from_json(&notes, &good[..]).unwrap();
+    pipeline::add(&notes, &store, &batch, 0).await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 2);
+    let near = store
+        .nearest(&VectorQuery::new("embedding", vec![0.9, 0.1, 0.0, 0.0], 1))
+        .await
+        .unwrap();
+    let id = near
+        .column_by_name("id")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap()
+        .value(0)
+        .to_string();
+    assert_eq!(id, "n1");
+
+    // The custom rule, with row and column; nothing is written.
+    let bad = br#"{"id": "n3", "text": "ok", "priority": 3}
+{"id": "n4", "text": "too urgent", "priority": 9}
+"#;
+    let batch = pipeline::rows_from_json(&notes, &bad[..]).unwrap();
+    let err = pipeline::add(&notes, &store, &batch, 0).await.unwrap_err();
+    match &err {
+        PipelineError::Plugin(e) => {
+            let rows = e.row_errors().expect("row errors");
+            assert_eq!(
+                (
+                    rows[0].row,
+                    rows[0].column.as_deref(),
+                    rows[0].code.as_str()
+                ),
+                (1, Some("priority"), "range")
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(
+        store.count(None).await.unwrap(),
+        2,
+        "a rejected batch writes nothing"
+    );
+
+    // Unknown fields are rejected, never dropped.
+    let unknown = br#"{"id": "n5", "text": "x", "colour": "red"}"#;
+    let err = pipeline::rows_from_json(&notes, &unknown[..]).unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::InvalidInput { column: Some(c), row: Some(0), .. } if c == "colour"),
+        "{err}"
+    );
+}

@@ -1,8 +1,10 @@
 //! # lance-context-host
 //!
 //! The host around the storage engine: the sandboxed schema-plugin runtime
-//! ([`plugin`]), and the `lance-context` CLI (the binary).
+//! ([`plugin`]), the add pipeline through a plugin ([`pipeline`]), and the
+//! `lance-context` CLI (the binary).
 
+pub mod pipeline;
 pub mod plugin;
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the

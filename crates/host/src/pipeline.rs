@@ -1,0 +1,161 @@
+//! The add pipeline, the one choke point every record goes through:
+//! input rows → a `RecordBatch` of the plugin's input schema (by column name;
+//! unknown fields rejected, never dropped) → the plugin's `validate` → its
+//! `transform` (when declared; the output is checked against the declaration)
+//! → the storage engine's `add` (durable and visible on return).
+//!
+//! The input schema is the declared schema with every column nullable: columns
+//! a transform fills (defaults) may be absent from the input; the engine
+//! enforces the declared nullability on the transform's output.
+
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{Field, Schema, SchemaRef};
+use lance_context_store::{AddOutcome, Store};
+
+use crate::plugin::{LoadedPlugin, PluginError};
+
+/// Why an add through the pipeline failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The input does not fit the plugin's input schema (before the plugin ran).
+    #[error("invalid input: {message}")]
+    InvalidInput {
+        /// The column, when the problem is in one.
+        column: Option<String>,
+        /// The zero-based row, when known.
+        row: Option<usize>,
+        message: String,
+    },
+    /// The plugin rejected rows, or failed.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The storage engine refused or failed.
+    #[error(transparent)]
+    Store(#[from] lance_context_store::Error),
+}
+
+/// The plugin's input schema: the declared columns, all nullable.
+pub fn input_schema(plugin: &LoadedPlugin) -> SchemaRef {
+    let declared = &plugin.declaration().schema;
+    Arc::new(Schema::new_with_metadata(
+        declared
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<Field>>(),
+        declared.metadata().clone(),
+    ))
+}
+
+/// Parse JSON Lines (one object per line) into a batch of the input schema.
+/// Unknown fields are an error naming the field and line.
+pub fn rows_from_json(
+    plugin: &LoadedPlugin,
+    input: impl BufRead,
+) -> Result<RecordBatch, PipelineError> {
+    let schema = input_schema(plugin);
+    let known: HashSet<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let mut lines = Vec::new();
+    for (row, line) in input.lines().enumerate() {
+        let line = line.map_err(|e| invalid(None, Some(row), format!("reading input: {e}")))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        // Checked here so the error names the field (the JSON reader's does not).
+        let value: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|e| invalid(None, Some(row), format!("not JSON: {e}")))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| invalid(None, Some(row), "each line must be a JSON object".into()))?;
+        if let Some(unknown) = object.keys().find(|k| !known.contains(k.as_str())) {
+            return Err(invalid(
+                Some(unknown.clone()),
+                Some(row),
+                format!("unknown field '{unknown}'"),
+            ));
+        }
+        lines.push(line);
+    }
+    if lines.is_empty() {
+        return Err(invalid(None, None, "no records".into()));
+    }
+    let joined = lines.join("\n");
+    let mut reader = arrow_json::ReaderBuilder::new(schema.clone())
+        .with_strict_mode(true)
+        .build(std::io::Cursor::new(joined.into_bytes()))
+        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
+    let mut batches = Vec::new();
+    for batch in &mut reader {
+        batches.push(batch.map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?);
+    }
+    arrow_select::concat::concat_batches(&schema, &batches)
+        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))
+}
+
+fn invalid(column: Option<String>, row: Option<usize>, message: String) -> PipelineError {
+    PipelineError::InvalidInput {
+        column,
+        row,
+        message,
+    }
+}
+
+/// Match a caller's batch to the input schema by column name: reorder, fill
+/// absent columns with nulls, reject unknown columns and type mismatches.
+pub fn to_input(plugin: &LoadedPlugin, batch: &RecordBatch) -> Result<RecordBatch, PipelineError> {
+    let schema = input_schema(plugin);
+    for field in batch.schema().fields() {
+        match schema.field_with_name(field.name()) {
+            Err(_) => {
+                return Err(invalid(
+                    Some(field.name().clone()),
+                    None,
+                    format!("unknown column '{}'", field.name()),
+                ));
+            }
+            Ok(target) if !target.data_type().equals_datatype(field.data_type()) => {
+                return Err(invalid(
+                    Some(field.name().clone()),
+                    None,
+                    format!(
+                        "column '{}' has type {}, expected {}",
+                        field.name(),
+                        field.data_type(),
+                        target.data_type()
+                    ),
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            batch
+                .column_by_name(f.name())
+                .cloned()
+                .unwrap_or_else(|| new_null_array(f.data_type(), batch.num_rows()))
+        })
+        .collect();
+    RecordBatch::try_new(schema, columns)
+        .map_err(|e| invalid(None, None, format!("building the input batch: {e}")))
+}
+
+/// validate → transform → add.
+pub async fn add(
+    plugin: &LoadedPlugin,
+    store: &Store,
+    batch: &RecordBatch,
+    now_micros: i64,
+) -> Result<AddOutcome, PipelineError> {
+    let input = to_input(plugin, batch)?;
+    plugin.validate(&input)?;
+    let ready = plugin.transform(&input, now_micros)?;
+    Ok(store.add(&ready).await?)
+}
