@@ -4,6 +4,7 @@
 //! other commands read any store without claiming its writer.
 
 mod bench;
+mod bench_plugins;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ struct Cli {
 enum Command {
     /// Write and read a demo store in a local directory, and report what it did.
     Demo(DemoArgs),
+    /// Benchmark the plugin boundary: adds through the rollout plugin vs native.
+    BenchPlugins(bench_plugins::PluginBenchArgs),
     /// Schema plugins: inspect a declaration, check a component.
     Plugin {
         #[command(subcommand)]
@@ -209,6 +212,7 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::BenchPlugins(args) => bench_plugins::run(args).await,
         Command::Plugin { command } => plugin_command(command),
         Command::Count { store, filter } => {
             let store = Store::open_read_only(store.config()).await?;

@@ -1,0 +1,197 @@
+//! `lance-context bench-plugins`: the cost of the plugin boundary, side by side.
+//!
+//! For batches of 1k, 10k and 100k rollout rows (the built-in rollout plugin):
+//! a durable add through the plugin (validate + transform in the sandbox, then
+//! the engine's add) against the same add with the same checks and defaults done
+//! natively in the host; plus the plugin calls alone, the per-call overhead (a
+//! one-row validate) and the time to load (compile, cached compile, instantiate
+//! + describe).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use arrow_array::{
+    Array, ArrayRef, Int32Array, LargeStringArray, RecordBatch, StringArray,
+    TimestampMicrosecondArray, builder::StringDictionaryBuilder, new_null_array, types::Int8Type,
+};
+use clap::Args;
+use lance_context_host::pipeline;
+use lance_context_host::plugin::{LoadedPlugin, PluginLimits, PluginRuntime};
+use lance_context_store::{Store, StoreConfig};
+
+#[derive(Args, Debug)]
+pub struct PluginBenchArgs {
+    /// Directory for the benchmark stores (recreated).
+    #[arg(long, default_value = "data/bench-plugins")]
+    data: std::path::PathBuf,
+    /// Adds per batch size and path.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+}
+
+fn input(schema: &arrow_schema::SchemaRef, start: usize, n: usize) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| -> ArrayRef {
+            match f.name().as_str() {
+                "id" => Arc::new(StringArray::from_iter_values(
+                    (start..start + n).map(|i| format!("row-{i:09}")),
+                )),
+                "rollout_id" => Arc::new(StringArray::from_iter_values(
+                    (start..start + n).map(|i| format!("rollout-{}", i / 50)),
+                )),
+                "content" => Arc::new(LargeStringArray::from_iter_values(
+                    (start..start + n).map(|i| format!("turn {i}: the quick brown fox jumps")),
+                )),
+                "reward" => Arc::new(arrow_array::Float32Array::from_iter_values(
+                    (0..n).map(|i| i as f32 / n as f32),
+                )),
+                _ => new_null_array(f.data_type(), n),
+            }
+        })
+        .collect();
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// The rollout plugin's checks and defaults, written natively.
+fn native_prepare(
+    batch: &RecordBatch,
+    declared: &arrow_schema::SchemaRef,
+    now: i64,
+) -> Result<RecordBatch> {
+    let strings = |name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+    };
+    let ids = strings("id").expect("id");
+    let rollouts = strings("rollout_id").expect("rollout_id");
+    for i in 0..batch.num_rows() {
+        ensure!(
+            ids.is_valid(i) && !ids.value(i).is_empty(),
+            "row {i}: id is required"
+        );
+        ensure!(
+            rollouts.is_valid(i) && !rollouts.value(i).is_empty(),
+            "row {i}: rollout_id is required"
+        );
+    }
+    let n = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for f in declared.fields() {
+        let given = batch.column_by_name(f.name()).cloned();
+        columns.push(match f.name().as_str() {
+            "problem_id" => Arc::new(rollouts.clone()),
+            "sequence_order" => Arc::new(Int32Array::from(vec![0; n])),
+            "role" => {
+                let mut b = StringDictionaryBuilder::<Int8Type>::new();
+                for _ in 0..n {
+                    b.append("assistant")?;
+                }
+                Arc::new(b.finish())
+            }
+            "content_type" => Arc::new(StringArray::from(vec!["text/plain"; n])),
+            "created_at" => Arc::new(TimestampMicrosecondArray::from(vec![now; n])),
+            _ => given.unwrap_or_else(|| new_null_array(f.data_type(), n)),
+        });
+    }
+    Ok(RecordBatch::try_new(declared.clone(), columns)?)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+pub async fn run(args: PluginBenchArgs) -> Result<()> {
+    if args.data.exists() {
+        std::fs::remove_dir_all(&args.data)?;
+    }
+    std::fs::create_dir_all(&args.data)?;
+    let bytes = std::fs::read(lance_context_host::built_plugin("rollout"))?;
+    let cache = args.data.join("compile-cache");
+
+    // Loading.
+    let t = Instant::now();
+    let cold = PluginRuntime::new(PluginLimits::default(), Some(cache.clone()))?;
+    cold.load("rollout", &bytes, vec![])?;
+    let cold_load = t.elapsed();
+    drop(cold);
+    std::thread::sleep(Duration::from_millis(500)); // let the cache worker write
+    let t = Instant::now();
+    let runtime = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
+    let plugin: LoadedPlugin = runtime.load("rollout", &bytes, vec![])?;
+    let warm_load = t.elapsed();
+    println!(
+        "load:   first start (compile) {:.1} ms | second start (compile cache {:?}) {:.1} ms",
+        ms(cold_load),
+        runtime.cache_stats(),
+        ms(warm_load)
+    );
+
+    // Per-call overhead.
+    let input_schema = pipeline::input_schema(&plugin);
+    let one = input(&input_schema, 0, 1)?;
+    plugin.validate(&one)?;
+    let t = Instant::now();
+    for _ in 0..200 {
+        plugin.validate(&one)?;
+    }
+    println!(
+        "call:   one-row validate {:.3} ms per call (instance reused)",
+        ms(t.elapsed()) / 200.0
+    );
+
+    let declared = plugin.declaration().schema.clone();
+    let config = |name: &str| {
+        StoreConfig::new(args.data.join(name).to_string_lossy())
+            .with_schema(declared.clone())
+            .with_manual_maintenance()
+    };
+    let via_plugin = Store::create(config("via-plugin")).await?;
+    let native = Store::create(config("native")).await?;
+    println!(
+        "{:>7} | {:>14} | {:>14} | {:>12} | {:>10}",
+        "rows", "plugin add ms", "native add ms", "plugin calls", "overhead"
+    );
+    let mut start = 0;
+    for n in [1_000usize, 10_000, 100_000] {
+        let mut plugin_adds = Vec::new();
+        let mut native_adds = Vec::new();
+        let mut calls = Vec::new();
+        for _ in 0..args.repeats {
+            let batch = input(&input_schema, start, n)?;
+            start += n;
+            let t = Instant::now();
+            plugin.validate(&batch)?;
+            let ready = plugin.transform(&batch, 1)?;
+            calls.push(t.elapsed());
+            via_plugin.add(&ready).await?;
+            plugin_adds.push(t.elapsed());
+
+            let batch = input(&input_schema, start, n)?;
+            start += n;
+            let t = Instant::now();
+            let ready = native_prepare(&batch, &declared, 1)?;
+            native.add(&ready).await?;
+            native_adds.push(t.elapsed());
+        }
+        let (p, nat, c) = (median(plugin_adds), median(native_adds), median(calls));
+        println!(
+            "{n:>7} | {:>14.1} | {:>14.1} | {:>12.1} | {:>9.1}%",
+            ms(p),
+            ms(nat),
+            ms(c),
+            (p.as_secs_f64() / nat.as_secs_f64() - 1.0) * 100.0
+        );
+    }
+    via_plugin.close().await?;
+    native.close().await?;
+    Ok(())
+}
