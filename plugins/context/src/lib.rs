@@ -18,10 +18,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use lance_context_plugin::arrow_array::builder::StringDictionaryBuilder;
+use lance_context_plugin::arrow_array::StringArray;
 use lance_context_plugin::arrow_array::cast::AsArray;
-use lance_context_plugin::arrow_array::types::{Int8Type, TimestampMicrosecondType};
-use lance_context_plugin::arrow_array::{StringArray, TimestampMicrosecondArray, new_null_array};
 use lance_context_plugin::*;
 
 /// Plugin version.
@@ -355,74 +353,15 @@ pub fn fill_defaults(
     params: &ContextParams,
     now_micros: i64,
 ) -> Result<RecordBatch, RowErrors> {
-    let declared = Arc::new(schema(params));
     let rows = batch.num_rows();
-    let text_default = |given: Option<ArrayRef>, default: &str| -> ArrayRef {
-        let given = given.map(|c| c.as_string::<i32>().clone());
-        Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
-            given
-                .as_ref()
-                .filter(|g| g.is_valid(i))
-                .map(|g| g.value(i).to_string())
-                .unwrap_or_else(|| default.to_string())
-        })))
-    };
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(declared.fields().len());
-    for field in declared.fields() {
-        let given = batch.column_by_name(field.name()).cloned();
-        let column: ArrayRef = match field.name().as_str() {
-            "content_type" => text_default(given, "text/plain"),
-            "lifecycle_status" => text_default(given, "active"),
-            "role" => {
-                let given = given.map(|c| c.as_dictionary::<Int8Type>().clone());
-                let mut builder = StringDictionaryBuilder::<Int8Type>::new();
-                for i in 0..rows {
-                    let value = given.as_ref().filter(|g| g.is_valid(i)).map(|g| {
-                        g.values()
-                            .as_string::<i32>()
-                            .value(g.keys().value(i) as usize)
-                            .to_string()
-                    });
-                    builder
-                        .append(value.as_deref().unwrap_or("user"))
-                        .map_err(|e| {
-                            let mut errors = RowErrors::default();
-                            errors.push(
-                                i,
-                                Some("role"),
-                                "role",
-                                format!("too many distinct roles: {e}"),
-                            );
-                            errors
-                        })?;
-                }
-                Arc::new(builder.finish())
-            }
-            "created_at" => {
-                let given = given.map(|c| c.as_primitive::<TimestampMicrosecondType>().clone());
-                Arc::new(TimestampMicrosecondArray::from_iter_values((0..rows).map(
-                    |i| {
-                        given
-                            .as_ref()
-                            .filter(|g| g.is_valid(i))
-                            .map(|g| g.value(i))
-                            .unwrap_or(now_micros)
-                    },
-                )))
-            }
-            _ => given.unwrap_or_else(|| new_null_array(field.data_type(), rows)),
-        };
-        columns.push(column);
-    }
-    RecordBatch::try_new(declared, columns).map_err(|e| {
-        let mut errors = RowErrors::default();
-        errors.push(
-            0,
-            None,
-            "schema",
-            format!("the batch does not fit the context schema: {e}"),
-        );
-        errors
+    defaults::assemble(Arc::new(schema(params)), &batch, |name, given| {
+        Ok(match name {
+            "content_type" => Some(defaults::utf8_or(given, rows, "text/plain")),
+            "lifecycle_status" => Some(defaults::utf8_or(given, rows, "active")),
+            "role" => Some(defaults::dictionary_or(given, rows, "user", "role")?),
+            "created_at" => Some(defaults::timestamp_us_or(given, rows, now_micros, None)),
+            _ => None,
+        })
     })
 }
 

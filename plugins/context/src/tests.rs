@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use lance_context_plugin::arrow_array::types::{Int8Type, TimestampMicrosecondType};
 use lance_context_plugin::arrow_array::{FixedSizeListArray, Float32Array};
 
 use super::*;

@@ -18,8 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use lance_context_plugin::arrow_array::cast::AsArray;
-use lance_context_plugin::arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType};
-use lance_context_plugin::arrow_array::{Int32Array, TimestampMicrosecondArray, new_null_array};
+use lance_context_plugin::arrow_array::types::{Int32Type, Int64Type};
 use lance_context_plugin::*;
 
 /// Plugin version.
@@ -405,48 +404,18 @@ fn check_batch_consistency(batch: &RecordBatch, cols: &Cols<'_>, errors: &mut Ro
 
 /// `attempt` = 0 and `event_ts` = now where null; the declared schema out.
 pub fn fill_defaults(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
-    let declared = Arc::new(schema());
     let rows = batch.num_rows();
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(declared.fields().len());
-    for field in declared.fields() {
-        let given = batch.column_by_name(field.name()).cloned();
-        let column: ArrayRef = match field.name().as_str() {
-            "attempt" => {
-                let given = given.map(|c| c.as_primitive::<Int32Type>().clone());
-                Arc::new(Int32Array::from_iter_values((0..rows).map(|i| {
-                    given
-                        .as_ref()
-                        .filter(|g| g.is_valid(i))
-                        .map(|g| g.value(i))
-                        .unwrap_or(0)
-                })))
-            }
-            "event_ts" => {
-                let given = given.map(|c| c.as_primitive::<TimestampMicrosecondType>().clone());
-                Arc::new(
-                    TimestampMicrosecondArray::from_iter_values((0..rows).map(|i| {
-                        given
-                            .as_ref()
-                            .filter(|g| g.is_valid(i))
-                            .map(|g| g.value(i))
-                            .unwrap_or(now_micros)
-                    }))
-                    .with_timezone("UTC"),
-                )
-            }
-            _ => given.unwrap_or_else(|| new_null_array(field.data_type(), rows)),
-        };
-        columns.push(column);
-    }
-    RecordBatch::try_new(declared, columns).map_err(|e| {
-        let mut errors = RowErrors::default();
-        errors.push(
-            0,
-            None,
-            "schema",
-            format!("the batch does not fit the datagen schema: {e}"),
-        );
-        errors
+    defaults::assemble(Arc::new(schema()), &batch, |name, given| {
+        Ok(match name {
+            "attempt" => Some(defaults::int32_or(given, rows, 0)),
+            "event_ts" => Some(defaults::timestamp_us_or(
+                given,
+                rows,
+                now_micros,
+                Some("UTC"),
+            )),
+            _ => None,
+        })
     })
 }
 

@@ -4,6 +4,9 @@ use lance_context_plugin::arrow_array::{
     Int64Array, LargeBinaryArray, LargeStringArray, StringArray,
 };
 
+use lance_context_plugin::arrow_array::Int32Array;
+use lance_context_plugin::arrow_array::types::TimestampMicrosecondType;
+
 use super::*;
 
 #[test]

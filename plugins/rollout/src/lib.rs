@@ -11,12 +11,8 @@
 
 use std::sync::Arc;
 
-use lance_context_plugin::arrow_array::builder::StringDictionaryBuilder;
 use lance_context_plugin::arrow_array::cast::AsArray;
-use lance_context_plugin::arrow_array::types::{Int8Type, Int32Type, Int64Type};
-use lance_context_plugin::arrow_array::{
-    Int32Array, StringArray, TimestampMicrosecondArray, new_null_array,
-};
+use lance_context_plugin::arrow_array::types::Int64Type;
 use lance_context_plugin::*;
 
 /// Plugin version.
@@ -201,98 +197,17 @@ fn check_relationships(batch: &RecordBatch, errors: &mut RowErrors) {
 
 /// Fill the documented defaults and return the batch in the declared schema.
 pub fn fill_defaults(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
-    let declared = Arc::new(schema());
     let rows = batch.num_rows();
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(declared.fields().len());
-    for field in declared.fields() {
-        let given = batch.column_by_name(field.name()).cloned();
-        let column: ArrayRef = match field.name().as_str() {
-            "problem_id" => {
-                let rollout = batch
-                    .column_by_name("rollout_id")
-                    .map(|c| c.as_string::<i32>().clone());
-                let given = given.map(|c| c.as_string::<i32>().clone());
-                Arc::new(StringArray::from_iter((0..rows).map(|i| {
-                    match given.as_ref().filter(|g| g.is_valid(i)) {
-                        Some(g) => Some(g.value(i).to_string()),
-                        None => rollout
-                            .as_ref()
-                            .filter(|r| r.is_valid(i))
-                            .map(|r| r.value(i).to_string()),
-                    }
-                })))
-            }
-            "sequence_order" => {
-                let given = given.map(|c| c.as_primitive::<Int32Type>().clone());
-                Arc::new(Int32Array::from_iter_values((0..rows).map(|i| {
-                    given
-                        .as_ref()
-                        .filter(|g| g.is_valid(i))
-                        .map(|g| g.value(i))
-                        .unwrap_or(0)
-                })))
-            }
-            "role" => {
-                let given = given.map(|c| c.as_dictionary::<Int8Type>().clone());
-                let mut builder = StringDictionaryBuilder::<Int8Type>::new();
-                for i in 0..rows {
-                    let value = given.as_ref().filter(|g| g.is_valid(i)).map(|g| {
-                        let key = g.keys().value(i) as usize;
-                        g.values().as_string::<i32>().value(key).to_string()
-                    });
-                    builder
-                        .append(value.as_deref().unwrap_or("assistant"))
-                        .map_err(|e| {
-                            let mut errors = RowErrors::default();
-                            errors.push(
-                                i,
-                                Some("role"),
-                                "role",
-                                format!("too many distinct roles: {e}"),
-                            );
-                            errors
-                        })?;
-                }
-                Arc::new(builder.finish())
-            }
-            "content_type" => {
-                let given = given.map(|c| c.as_string::<i32>().clone());
-                Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
-                    given
-                        .as_ref()
-                        .filter(|g| g.is_valid(i))
-                        .map(|g| g.value(i).to_string())
-                        .unwrap_or_else(|| "text/plain".to_string())
-                })))
-            }
-            "created_at" => {
-                let given = given.map(|c| {
-                    c.as_primitive::<arrow_array::types::TimestampMicrosecondType>()
-                        .clone()
-                });
-                Arc::new(TimestampMicrosecondArray::from_iter_values((0..rows).map(
-                    |i| {
-                        given
-                            .as_ref()
-                            .filter(|g| g.is_valid(i))
-                            .map(|g| g.value(i))
-                            .unwrap_or(now_micros)
-                    },
-                )))
-            }
-            _ => given.unwrap_or_else(|| new_null_array(field.data_type(), rows)),
-        };
-        columns.push(column);
-    }
-    RecordBatch::try_new(declared, columns).map_err(|e| {
-        let mut errors = RowErrors::default();
-        errors.push(
-            0,
-            None,
-            "schema",
-            format!("the batch does not fit the rollout schema: {e}"),
-        );
-        errors
+    let rollout_id = batch.column_by_name("rollout_id").cloned();
+    defaults::assemble(Arc::new(schema()), &batch, |name, given| {
+        Ok(match name {
+            "problem_id" => Some(defaults::utf8_or_column(given, rollout_id.as_ref(), rows)),
+            "sequence_order" => Some(defaults::int32_or(given, rows, 0)),
+            "role" => Some(defaults::dictionary_or(given, rows, "assistant", "role")?),
+            "content_type" => Some(defaults::utf8_or(given, rows, "text/plain")),
+            "created_at" => Some(defaults::timestamp_us_or(given, rows, now_micros, None)),
+            _ => None,
+        })
     })
 }
 

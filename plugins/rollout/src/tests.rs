@@ -6,6 +6,9 @@ use lance_context_plugin::arrow_array::builder::{
 use lance_context_plugin::arrow_array::{Int64Array, LargeBinaryArray};
 use lance_context_plugin::ipc;
 
+use lance_context_plugin::arrow_array::StringArray;
+use lance_context_plugin::arrow_array::types::{Int8Type, Int32Type};
+
 use super::*;
 
 /// The spec's table (§1): name, type, nullable.

@@ -30,6 +30,7 @@
 //! logic is unit-tested natively.
 
 mod declaration;
+pub mod defaults;
 mod errors;
 pub mod ipc;
 
