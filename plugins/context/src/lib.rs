@@ -134,14 +134,6 @@ fn blob_mark(field: Field, params: &ContextParams) -> Field {
 
 /// The context schema for these parameters, column for column.
 pub fn schema(params: &ContextParams) -> Schema {
-    let relationship = DataType::Struct(
-        vec![
-            Field::new("target_id", DataType::Utf8, true),
-            Field::new("relation", DataType::Utf8, true),
-            Field::new("weight", DataType::Float32, true),
-        ]
-        .into(),
-    );
     let state = DataType::Struct(
         vec![
             Field::new("step", DataType::Int32, true),
@@ -174,11 +166,7 @@ pub fn schema(params: &ContextParams) -> Schema {
             ),
             Field::new("state_metadata", state, true),
             Field::new("metadata", DataType::LargeUtf8, true),
-            Field::new(
-                "relationships",
-                DataType::List(Arc::new(Field::new("item", relationship, true))),
-                true,
-            ),
+            relationships_field(),
             timestamp("expires_at", true),
             utf8("retention_policy"),
             Field::new("lifecycle_status", DataType::Utf8, false),
@@ -242,16 +230,7 @@ impl Plugin for Context {
     }
 
     fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
-        for column in ["id", "run_id"] {
-            for row in rows_where_empty(batch, column) {
-                errors.push(
-                    row,
-                    Some(column),
-                    "required",
-                    format!("{column} is required"),
-                );
-            }
-        }
+        require_non_empty(batch, &["id", "run_id"], errors);
         let strings = |name: &str| {
             batch
                 .column_by_name(name)
@@ -288,32 +267,7 @@ impl Plugin for Context {
                 }
             }
         }
-        if let Some(lists) = batch.column_by_name("relationships") {
-            let lists = lists.as_list::<i32>();
-            for row in 0..lists.len() {
-                if lists.is_null(row) {
-                    continue;
-                }
-                let items = lists.value(row);
-                let items = items.as_struct();
-                for field in ["target_id", "relation"] {
-                    let missing = match items.column_by_name(field) {
-                        None => true,
-                        Some(values) => {
-                            (0..items.len()).any(|i| items.is_valid(i) && values.is_null(i))
-                        }
-                    };
-                    if missing {
-                        errors.push(
-                            row,
-                            Some("relationships"),
-                            "relationship",
-                            format!("a relationship has no {field}"),
-                        );
-                    }
-                }
-            }
-        }
+        check_relationships(batch, errors);
     }
 
     fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {

@@ -36,14 +36,6 @@ fn list_of(name: &str, item: DataType) -> Field {
 
 /// The rollout schema, column for column.
 pub fn schema() -> Schema {
-    let relationship = DataType::Struct(
-        vec![
-            Field::new("target_id", DataType::Utf8, true),
-            Field::new("relation", DataType::Utf8, true),
-            Field::new("weight", DataType::Float32, true),
-        ]
-        .into(),
-    );
     Schema::new(vec![
         key_field("id"),
         utf8("rollout_id", false),
@@ -83,7 +75,7 @@ pub fn schema() -> Schema {
         Field::new("include_in_training", DataType::Boolean, true),
         utf8("exclude_reason", true),
         utf8("policy_version", true),
-        list_of("relationships", relationship),
+        relationships_field(),
         Field::new("binary_payload", DataType::LargeBinary, true),
         Field::new("payload_size", DataType::Int64, true),
         utf8("payload_checksum", true),
@@ -106,16 +98,7 @@ impl Plugin for Rollout {
     }
 
     fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
-        for column in ["id", "rollout_id"] {
-            for row in rows_where_empty(batch, column) {
-                errors.push(
-                    row,
-                    Some(column),
-                    "required",
-                    format!("{column} is required"),
-                );
-            }
-        }
+        require_non_empty(batch, &["id", "rollout_id"], errors);
         check_payload(batch, errors);
         check_relationships(batch, errors);
     }
@@ -155,42 +138,6 @@ fn check_payload(batch: &RecordBatch, errors: &mut RowErrors) {
                 ),
             ),
             Some(_) => {}
-        }
-    }
-}
-
-fn check_relationships(batch: &RecordBatch, errors: &mut RowErrors) {
-    let Some(lists) = batch.column_by_name("relationships") else {
-        return;
-    };
-    let lists = lists.as_list::<i32>();
-    for row in 0..lists.len() {
-        if lists.is_null(row) {
-            continue;
-        }
-        let items = lists.value(row);
-        let items = items.as_struct();
-        for field in ["target_id", "relation"] {
-            // By field name, never by position.
-            let Some(values) = items.column_by_name(field) else {
-                errors.push(
-                    row,
-                    Some("relationships"),
-                    "relationship",
-                    format!("relationships lack '{field}'"),
-                );
-                continue;
-            };
-            for i in 0..items.len() {
-                if items.is_valid(i) && values.is_null(i) {
-                    errors.push(
-                        row,
-                        Some("relationships"),
-                        "relationship",
-                        format!("relationship {i} has no {field}"),
-                    );
-                }
-            }
         }
     }
 }

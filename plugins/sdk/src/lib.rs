@@ -33,6 +33,7 @@ mod declaration;
 pub mod defaults;
 mod errors;
 pub mod ipc;
+mod shared;
 
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
@@ -44,6 +45,7 @@ pub use declaration::{
     ABI_VERSION, Capabilities, Declaration, Metric, PRIMARY_KEY_METADATA, VectorColumn, key_field,
 };
 pub use errors::{RowError, RowErrors, rows_where_empty, rows_where_null};
+pub use shared::{check_relationships, relationships_field, require_non_empty};
 
 /// Creation parameters: `(name, JSON text)` pairs.
 pub type Params = [(String, String)];
