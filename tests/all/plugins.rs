@@ -110,10 +110,25 @@ async fn rollout_rows_go_through_the_component_into_a_store_and_back() {
         (1, Some("rollout_id"))
     );
 
+    // transform applies validate's checks in the same call.
+    let err = rollout
+        .transform(&rollout_rows(&["a", "b"], &[Some("r"), None]), 1)
+        .unwrap_err();
+    assert_eq!(err.row_errors().expect("row errors")[0].row, 1);
+
     let input = rollout_rows(&["a", "b"], &[Some("r1"), Some("r1")]);
     rollout.validate(&input).unwrap();
-    let ready = rollout.transform(&input, 1_700_000_000_000_000).unwrap();
-    assert_eq!(ready.schema(), rollout.declaration().schema);
+    let ready = rollout.prepare(&input, 1_700_000_000_000_000).unwrap();
+    // The declared columns, in order, with the declared types (nullability is
+    // the engine's to check).
+    let declared = rollout.declaration().schema.clone();
+    let shape = |s: &Schema| {
+        s.fields()
+            .iter()
+            .map(|f| (f.name().clone(), f.data_type().clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&ready.schema()), shape(&declared));
 
     let (_dir, uri) = temp_uri();
     let store = Store::create(

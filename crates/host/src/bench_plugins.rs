@@ -1,11 +1,12 @@
 //! `lance-context bench-plugins`: the cost of the plugin boundary, side by side.
 //!
 //! For batches of 1k, 10k and 100k rollout rows (the built-in rollout plugin):
-//! a durable add through the plugin (validate + transform in the sandbox, then
-//! the engine's add) against the same add with the same checks and defaults done
-//! natively in the host; plus the plugin calls alone, the per-call overhead (a
-//! one-row validate) and the time to load (compile, cached compile, instantiate
-//! + describe).
+//! a durable add through the plugin (the pipeline: input matched by name, one
+//! transform call that validates and derives the defaults in the sandbox, the
+//! batch assembled, then the engine's add) against the same add with the same
+//! checks and defaults done natively in the host; the plugin calls and the
+//! native checks alone; the per-call overhead (a one-row validate) and the time
+//! to load (compile, cached compile, instantiate + describe).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ pub struct PluginBenchArgs {
     #[arg(long, default_value = "data/bench-plugins")]
     data: std::path::PathBuf,
     /// Adds per batch size and path.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 9)]
     repeats: usize,
 }
 
@@ -157,40 +158,59 @@ pub async fn run(args: PluginBenchArgs) -> Result<()> {
     let via_plugin = Store::create(config("via-plugin")).await?;
     let native = Store::create(config("native")).await?;
     println!(
-        "{:>7} | {:>14} | {:>14} | {:>12} | {:>10}",
-        "rows", "plugin add ms", "native add ms", "plugin calls", "overhead"
+        "{:>7} | {:>13} | {:>13} | {:>12} | {:>13} | {:>13} | {:>10}",
+        "rows",
+        "plugin add ms",
+        "native add ms",
+        "plugin calls",
+        "native checks",
+        "boundary cost",
+        "end-to-end"
     );
     let mut start = 0;
     for n in [1_000usize, 10_000, 100_000] {
         let mut plugin_adds = Vec::new();
         let mut native_adds = Vec::new();
         let mut calls = Vec::new();
-        for _ in 0..args.repeats {
-            let batch = input(&input_schema, start, n)?;
-            start += n;
-            let t = Instant::now();
-            plugin.validate(&batch)?;
-            let ready = plugin.transform(&batch, 1)?;
-            calls.push(t.elapsed());
-            via_plugin.add(&ready).await?;
-            plugin_adds.push(t.elapsed());
-
-            let batch = input(&input_schema, start, n)?;
-            start += n;
-            let t = Instant::now();
-            let ready = native_prepare(&batch, &declared, 1)?;
-            native.add(&ready).await?;
-            native_adds.push(t.elapsed());
+        let mut checks = Vec::new();
+        for repeat in 0..args.repeats {
+            // Alternate which path goes first, so drift (page cache, WAL
+            // growth) does not favour one.
+            for plugin_path in [repeat % 2 == 0, repeat % 2 == 1] {
+                let batch = input(&input_schema, start, n)?;
+                start += n;
+                let t = Instant::now();
+                if plugin_path {
+                    let given = pipeline::to_input(&plugin, &batch)?;
+                    let ready = plugin.prepare(&given, 1)?;
+                    calls.push(t.elapsed());
+                    via_plugin.add(&ready).await?;
+                    plugin_adds.push(t.elapsed());
+                } else {
+                    let ready = native_prepare(&batch, &declared, 1)?;
+                    checks.push(t.elapsed());
+                    native.add(&ready).await?;
+                    native_adds.push(t.elapsed());
+                }
+            }
         }
-        let (p, nat, c) = (median(plugin_adds), median(native_adds), median(calls));
+        let (p, nat) = (median(plugin_adds), median(native_adds));
+        let (c, k) = (median(calls), median(checks));
         println!(
-            "{n:>7} | {:>14.1} | {:>14.1} | {:>12.1} | {:>9.1}%",
+            "{n:>7} | {:>13.1} | {:>13.1} | {:>12.2} | {:>13.2} | {:>12.1}% | {:>9.1}%",
             ms(p),
             ms(nat),
             ms(c),
+            ms(k),
+            (c.as_secs_f64() - k.as_secs_f64()) / nat.as_secs_f64() * 100.0,
             (p.as_secs_f64() / nat.as_secs_f64() - 1.0) * 100.0
         );
     }
+    println!(
+        "boundary cost = (plugin calls - native checks) / native add; \
+         end-to-end = plugin add / native add - 1 (medians of {} adds)",
+        args.repeats
+    );
     via_plugin.close().await?;
     native.close().await?;
     Ok(())

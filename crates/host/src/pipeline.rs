@@ -6,14 +6,16 @@
 //!
 //! The input schema is the declared schema with every column nullable: columns
 //! a transform fills (defaults) may be absent from the input; the engine
-//! enforces the declared nullability on the transform's output.
+//! enforces the declared nullability on the assembled batch. Only the columns
+//! the caller gave cross into the plugin, and only the columns a transform
+//! derives cross back.
 
 use std::collections::HashSet;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch, new_null_array};
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_schema::{Field, FieldRef, Schema, SchemaRef};
 use lance_context_store::{AddOutcome, Store};
 
 use crate::plugin::{LoadedPlugin, PluginError};
@@ -105,8 +107,10 @@ fn invalid(column: Option<String>, row: Option<usize>, message: String) -> Pipel
     }
 }
 
-/// Match a caller's batch to the input schema by column name: reorder, fill
-/// absent columns with nulls, reject unknown columns and type mismatches.
+/// Match a caller's batch to the input schema by column name: reject unknown
+/// columns and type mismatches; keep the given columns in declared order and
+/// leave out absent and all-null ones (absent counts as null everywhere: the
+/// plugin sees fewer bytes, the transform's output is assembled by the host).
 pub fn to_input(plugin: &LoadedPlugin, batch: &RecordBatch) -> Result<RecordBatch, PipelineError> {
     let schema = input_schema(plugin);
     for field in batch.schema().fields() {
@@ -133,21 +137,26 @@ pub fn to_input(plugin: &LoadedPlugin, batch: &RecordBatch) -> Result<RecordBatc
             Ok(_) => {}
         }
     }
-    let columns: Vec<ArrayRef> = schema
-        .fields()
-        .iter()
-        .map(|f| {
-            batch
-                .column_by_name(f.name())
-                .cloned()
-                .unwrap_or_else(|| new_null_array(f.data_type(), batch.num_rows()))
-        })
-        .collect();
-    RecordBatch::try_new(schema, columns)
-        .map_err(|e| invalid(None, None, format!("building the input batch: {e}")))
+    let mut fields: Vec<FieldRef> = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for field in schema.fields() {
+        if let Some(column) = batch.column_by_name(field.name())
+            && column.null_count() < column.len()
+        {
+            fields.push(field.clone());
+            columns.push(column.clone());
+        }
+    }
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(|e| invalid(None, None, format!("building the input batch: {e}")))
 }
 
-/// validate → transform → add.
+/// validate → transform → add. A plugin with a transform validates in the
+/// same call (one boundary crossing per batch, see [`LoadedPlugin::prepare`]).
 pub async fn add(
     plugin: &LoadedPlugin,
     store: &Store,
@@ -155,7 +164,6 @@ pub async fn add(
     now_micros: i64,
 ) -> Result<AddOutcome, PipelineError> {
     let input = to_input(plugin, batch)?;
-    plugin.validate(&input)?;
-    let ready = plugin.transform(&input, now_micros)?;
+    let ready = plugin.prepare(&input, now_micros)?;
     Ok(store.add(&ready).await?)
 }

@@ -301,14 +301,14 @@ fn duplicates(values: &StringArray, column: &str, errors: &mut RowErrors) {
     }
 }
 
-/// Fill the defaults where null; the declared schema out.
+/// Fill the defaults where null; returns the derived columns.
 pub fn fill_defaults(
     batch: RecordBatch,
     params: &ContextParams,
     now_micros: i64,
 ) -> Result<RecordBatch, RowErrors> {
     let rows = batch.num_rows();
-    defaults::assemble(Arc::new(schema(params)), &batch, |name, given| {
+    defaults::derive(Arc::new(schema(params)), &batch, |name, given| {
         Ok(match name {
             "content_type" => Some(defaults::utf8_or(given, rows, "text/plain")),
             "lifecycle_status" => Some(defaults::utf8_or(given, rows, "active")),

@@ -207,8 +207,10 @@ fn transform_fills_defaults_for_the_store_params() {
         now_micros: 5,
         params: p(&[("embedding_dim", "2"), ("distance_metric", "\"dot\"")]),
     };
-    let out = Context::transform(records(&["a"], &[None], &[None]), &call).unwrap();
+    let input = records(&["a"], &[None], &[None]);
+    let derived = Context::transform(input.clone(), &call).unwrap();
     let params = parse_params(&call.params).unwrap();
+    let out = defaults::apply(Arc::new(schema(&params)), &input, &derived).unwrap();
     assert_eq!(out.schema().as_ref(), &schema(&params));
     let col = |n: &str| out.column_by_name(n).unwrap().clone();
     assert_eq!(
@@ -233,10 +235,17 @@ fn transform_fills_defaults_for_the_store_params() {
             .value(0),
         5
     );
+    // Only the filled columns cross back.
+    assert_eq!(
+        derived
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>(),
+        ["created_at", "role", "lifecycle_status", "content_type"]
+    );
     // An embedding of the wrong width does not fit the declared schema.
-    let wide = CallInfo {
-        now_micros: 5,
-        params: p(&[("embedding_dim", "3")]),
-    };
-    assert!(Context::transform(records(&["a"], &[None], &[None]), &wide).is_err());
+    let wide = parse_params(&p(&[("embedding_dim", "3")])).unwrap();
+    assert!(defaults::apply(Arc::new(schema(&wide)), &input, &derived).is_err());
 }

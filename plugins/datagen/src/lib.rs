@@ -402,10 +402,10 @@ fn check_batch_consistency(batch: &RecordBatch, cols: &Cols<'_>, errors: &mut Ro
     }
 }
 
-/// `attempt` = 0 and `event_ts` = now where null; the declared schema out.
+/// `attempt` = 0 and `event_ts` = now where null; returns the derived columns.
 pub fn fill_defaults(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
     let rows = batch.num_rows();
-    defaults::assemble(Arc::new(schema()), &batch, |name, given| {
+    defaults::derive(Arc::new(schema()), &batch, |name, given| {
         Ok(match name {
             "attempt" => Some(defaults::int32_or(given, rows, 0)),
             "event_ts" => Some(defaults::timestamp_us_or(

@@ -339,7 +339,9 @@ fn each_rule_rejects_its_row_and_column() {
 
 #[test]
 fn transform_fills_attempt_and_event_ts() {
-    let out = fill_defaults(batch(&good_stream()), 99).unwrap();
+    let input = batch(&good_stream());
+    let derived = fill_defaults(input.clone(), 99).unwrap();
+    let out = defaults::apply(Arc::new(schema()), &input, &derived).unwrap();
     assert_eq!(out.schema().as_ref(), &schema());
     let attempt = out
         .column_by_name("attempt")

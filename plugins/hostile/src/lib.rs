@@ -24,7 +24,7 @@ mod component {
         ])
     }
 
-    fn mode(batch: &[u8]) -> Result<(String, Vec<RecordBatch>), BatchError> {
+    fn mode(batch: Vec<u8>) -> Result<(String, Vec<RecordBatch>), BatchError> {
         let batches = ipc::decode(batch).map_err(BatchError::MalformedInput)?;
         let mode = batches
             .first()
@@ -78,13 +78,13 @@ mod component {
         }
 
         fn validate(batch: Vec<u8>) -> Result<(), BatchError> {
-            let (mode, _) = mode(&batch)?;
+            let (mode, _) = mode(batch)?;
             misbehave(&mode);
             Ok(())
         }
 
         fn transform(batch: Vec<u8>, _context: CallContext) -> Result<Vec<u8>, BatchError> {
-            let (mode, batches) = mode(&batch)?;
+            let (mode, batches) = mode(batch)?;
             misbehave(&mode);
             match mode.as_str() {
                 "garbage" => Ok(vec![

@@ -142,11 +142,11 @@ fn check_payload(batch: &RecordBatch, errors: &mut RowErrors) {
     }
 }
 
-/// Fill the documented defaults and return the batch in the declared schema.
+/// Fill the documented defaults; returns the derived columns.
 pub fn fill_defaults(batch: RecordBatch, now_micros: i64) -> Result<RecordBatch, RowErrors> {
     let rows = batch.num_rows();
     let rollout_id = batch.column_by_name("rollout_id").cloned();
-    defaults::assemble(Arc::new(schema()), &batch, |name, given| {
+    defaults::derive(Arc::new(schema()), &batch, |name, given| {
         Ok(match name {
             "problem_id" => Some(defaults::utf8_or_column(given, rollout_id.as_ref(), rows)),
             "sequence_order" => Some(defaults::int32_or(given, rows, 0)),

@@ -221,11 +221,9 @@ fn relationships_need_a_target_and_a_relation() {
 
 #[test]
 fn transform_fills_the_documented_defaults() {
-    let out = fill_defaults(
-        client_batch(&[Some("a"), Some("b")], &[Some("r1"), Some("r2")]),
-        42,
-    )
-    .unwrap();
+    let input = client_batch(&[Some("a"), Some("b")], &[Some("r1"), Some("r2")]);
+    let derived = fill_defaults(input.clone(), 42).unwrap();
+    let out = defaults::apply(Arc::new(schema()), &input, &derived).unwrap();
     assert_eq!(out.schema().as_ref(), &schema());
     let col = |name: &str| out.column_by_name(name).unwrap().clone();
     assert_eq!(col("problem_id").as_string::<i32>().value(1), "r2");
@@ -255,7 +253,7 @@ fn the_ipc_entry_points_round_trip_and_report_rows_across_batches() {
     let good = client_batch(&[Some("a")], &[Some("r")]);
     let bad = client_batch(&[Some("b"), None], &[Some("r"), Some("r")]);
     let bytes = ipc::encode(&[good.clone(), bad]).unwrap();
-    match run_validate::<Rollout>(&bytes) {
+    match run_validate::<Rollout>(bytes) {
         Err(CallError::Rows(errors)) => {
             assert_eq!(errors.len(), 1);
             assert_eq!(errors[0].row, 2, "row numbers run across batches");
@@ -266,11 +264,35 @@ fn the_ipc_entry_points_round_trip_and_report_rows_across_batches() {
         now_micros: 7,
         params: Vec::new(),
     };
-    let out = run_transform::<Rollout>(&ipc::encode(&[good]).unwrap(), &call).unwrap();
-    let back = ipc::decode(&out).unwrap();
-    assert_eq!(back[0].schema().as_ref(), &schema());
+    let out = run_transform::<Rollout>(ipc::encode(&[good]).unwrap(), &call).unwrap();
+    let back = ipc::decode(out).unwrap();
+    let names: Vec<_> = back[0]
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "problem_id",
+            "sequence_order",
+            "role",
+            "created_at",
+            "content_type"
+        ]
+    );
+    // transform applies validate's checks: a bad row fails it too.
+    let bad = client_batch(&[Some("b"), None], &[Some("r"), Some("r")]);
+    match run_transform::<Rollout>(ipc::encode(&[bad]).unwrap(), &call) {
+        Err(CallError::Rows(errors)) => assert_eq!(
+            (errors[0].row, errors[0].column.as_deref()),
+            (1, Some("id"))
+        ),
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
-        run_validate::<Rollout>(b"garbage"),
+        run_validate::<Rollout>(b"garbage".to_vec()),
         Err(CallError::Malformed(_))
     ));
     assert!(Rollout::describe(&[("x".into(), "1".into())]).is_err());

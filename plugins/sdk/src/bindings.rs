@@ -78,12 +78,12 @@ pub fn describe<P: Plugin>(params: &[(String, String)]) -> Result<SchemaDecl, De
 }
 
 #[doc(hidden)]
-pub fn validate<P: Plugin>(batch: &[u8]) -> Result<(), BatchError> {
+pub fn validate<P: Plugin>(batch: Vec<u8>) -> Result<(), BatchError> {
     crate::run_validate::<P>(batch).map_err(batch_error)
 }
 
 #[doc(hidden)]
-pub fn transform<P: Plugin>(batch: &[u8], context: CallContext) -> Result<Vec<u8>, BatchError> {
+pub fn transform<P: Plugin>(batch: Vec<u8>, context: CallContext) -> Result<Vec<u8>, BatchError> {
     let call = crate::CallInfo {
         now_micros: context.now_micros,
         params: context.params,
@@ -106,13 +106,13 @@ macro_rules! export_plugin {
             fn validate(
                 batch: ::std::vec::Vec<u8>,
             ) -> ::std::result::Result<(), $crate::bindings::BatchError> {
-                $crate::bindings::validate::<$plugin>(&batch)
+                $crate::bindings::validate::<$plugin>(batch)
             }
             fn transform(
                 batch: ::std::vec::Vec<u8>,
                 context: $crate::bindings::CallContext,
             ) -> ::std::result::Result<::std::vec::Vec<u8>, $crate::bindings::BatchError> {
-                $crate::bindings::transform::<$plugin>(&batch, context)
+                $crate::bindings::transform::<$plugin>(batch, context)
             }
         }
         $crate::bindings::__export_schema_plugin!(__LanceContextExport with_types_in $crate::bindings);

@@ -1,5 +1,5 @@
 //! Helpers for `transform`: fill a column's nulls with a default, and build
-//! the declared batch. Absent columns count as all-null.
+//! the derived columns. Absent columns count as all-null.
 
 use std::sync::Arc;
 
@@ -7,10 +7,10 @@ use arrow_array::builder::StringDictionaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int8Type, Int32Type, TimestampMicrosecondType};
 use arrow_array::{
-    Array, ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-    new_null_array,
+    Array, ArrayRef, Int32Array, RecordBatch, RecordBatchOptions, StringArray,
+    TimestampMicrosecondArray, new_null_array,
 };
-use arrow_schema::SchemaRef;
+use arrow_schema::{Schema, SchemaRef};
 
 use crate::RowErrors;
 
@@ -101,33 +101,61 @@ pub fn dictionary_or(
     Ok(Arc::new(builder.finish()))
 }
 
-/// Build the declared batch: `fill` gives a column (or `None` to take the
-/// input's, or nulls when the input lacks it).
-pub fn assemble(
+/// The derived columns of a transform: `fill` is asked for each declared
+/// column (with the input's column, if given) and returns `Some` for the
+/// columns it fills or derives. The result holds those columns only, in
+/// declared order (marked nullable: the host checks nullability on the
+/// assembled batch and names the row); every other column is kept from the
+/// input by the host.
+pub fn derive(
     declared: SchemaRef,
     input: &RecordBatch,
     mut fill: impl FnMut(&str, Option<&ArrayRef>) -> Result<Option<ArrayRef>, RowErrors>,
 ) -> Result<RecordBatch, RowErrors> {
-    let rows = input.num_rows();
-    let mut columns = Vec::with_capacity(declared.fields().len());
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
     for field in declared.fields() {
-        let given = input.column_by_name(field.name());
-        let column = match fill(field.name(), given)? {
-            Some(c) => c,
-            None => given
-                .cloned()
-                .unwrap_or_else(|| new_null_array(field.data_type(), rows)),
-        };
-        columns.push(column);
+        if let Some(column) = fill(field.name(), input.column_by_name(field.name()))? {
+            fields.push(field.as_ref().clone().with_nullable(true));
+            columns.push(column);
+        }
     }
-    RecordBatch::try_new(declared, columns).map_err(|e| {
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(input.num_rows())),
+    )
+    .map_err(|e| {
         let mut errors = RowErrors::default();
         errors.push(
             0,
             None,
             "schema",
-            format!("the batch does not fit the declared schema: {e}"),
+            format!("a derived column does not fit the declared schema: {e}"),
         );
         errors
     })
+}
+
+/// What the host does with a transform's output: the declared batch, each
+/// column taken from `derived` when there, else from `input`, else nulls.
+/// For a plugin's own tests. Fails when a non-nullable column has nulls.
+pub fn apply(
+    declared: SchemaRef,
+    input: &RecordBatch,
+    derived: &RecordBatch,
+) -> Result<RecordBatch, String> {
+    let rows = input.num_rows();
+    let columns = declared
+        .fields()
+        .iter()
+        .map(|f| {
+            derived
+                .column_by_name(f.name())
+                .or_else(|| input.column_by_name(f.name()))
+                .cloned()
+                .unwrap_or_else(|| new_null_array(f.data_type(), rows))
+        })
+        .collect();
+    RecordBatch::try_new(declared, columns).map_err(|e| e.to_string())
 }

@@ -56,14 +56,26 @@ pub trait Plugin {
     /// error names the parameter).
     fn describe(params: &Params) -> Result<Declaration, String>;
 
-    /// Record every problem of `batch` in `errors` (row order).
+    /// Record every problem of `batch` in `errors` (row order). Columns the
+    /// caller did not give are absent from `batch` (they count as null).
     fn validate(batch: &RecordBatch, errors: &mut RowErrors);
 
-    /// Fill defaults or derive columns. Only called when the declaration says
-    /// `has_transform`; the default returns the batch unchanged.
+    /// Fill defaults or derive columns of a batch that passed `validate`.
+    /// Only called when the declaration says `has_transform`.
+    ///
+    /// Return the columns you fill or derive, by name: columns you leave out
+    /// are kept from the input as they are (the host assembles the declared
+    /// batch), so pass-through columns never cross the boundary twice. Returning
+    /// the whole batch is allowed too. [`defaults::derive`] builds the result.
+    /// The default derives nothing.
     fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
         let _ = call;
-        Ok(batch)
+        Ok(RecordBatch::try_new_with_options(
+            std::sync::Arc::new(Schema::empty()),
+            vec![],
+            &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )
+        .expect("an empty batch with a row count is valid"))
     }
 }
 
@@ -76,12 +88,10 @@ pub struct CallInfo {
     pub params: Vec<(String, String)>,
 }
 
-/// Run `validate` over IPC bytes as the host calls it.
-pub fn run_validate<P: Plugin>(bytes: &[u8]) -> Result<(), CallError> {
-    let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
+fn check<P: Plugin>(batches: &[RecordBatch]) -> Result<(), CallError> {
     let mut errors = RowErrors::default();
     let mut offset = 0;
-    for batch in &batches {
+    for batch in batches {
         errors.set_row_offset(offset);
         P::validate(batch, &mut errors);
         offset += batch.num_rows();
@@ -89,15 +99,39 @@ pub fn run_validate<P: Plugin>(bytes: &[u8]) -> Result<(), CallError> {
     errors.into_result().map_err(CallError::Rows)
 }
 
-/// Run `transform` over IPC bytes as the host calls it.
-pub fn run_transform<P: Plugin>(bytes: &[u8], call: &CallInfo) -> Result<Vec<u8>, CallError> {
+/// Run `validate` over IPC bytes as the host calls it.
+pub fn run_validate<P: Plugin>(bytes: Vec<u8>) -> Result<(), CallError> {
+    check::<P>(&ipc::decode(bytes).map_err(CallError::Malformed)?)
+}
+
+/// Run `transform` over IPC bytes as the host calls it: `validate` first (the
+/// contract's transform applies the same checks, so the host crosses the
+/// boundary once per batch), then [`Plugin::transform`] on each batch. The
+/// output holds the derived columns only.
+pub fn run_transform<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<Vec<u8>, CallError> {
     let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
-    let mut out = Vec::with_capacity(batches.len());
+    check::<P>(&batches)?;
+    let mut out: Vec<RecordBatch> = Vec::with_capacity(batches.len());
     let mut offset = 0;
     for batch in batches {
         let rows = batch.num_rows();
         match P::transform(batch, call) {
-            Ok(b) => out.push(b),
+            Ok(b) => {
+                if b.num_rows() != rows {
+                    return Err(CallError::Malformed(format!(
+                        "transform returned {} rows for {rows}",
+                        b.num_rows()
+                    )));
+                }
+                if let Some(first) = out.first()
+                    && first.schema() != b.schema()
+                {
+                    return Err(CallError::Malformed(
+                        "transform returned different columns for different batches".into(),
+                    ));
+                }
+                out.push(b);
+            }
             Err(mut errors) => {
                 errors.shift_rows(offset);
                 return Err(CallError::Rows(errors.into_vec()));

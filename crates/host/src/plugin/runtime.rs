@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
+use arrow_ipc::MetadataVersion;
 use arrow_ipc::reader::StreamDecoder;
-use arrow_ipc::writer::StreamWriter;
+use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
 use arrow_schema::{DataType, Schema, SchemaRef};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -618,8 +619,11 @@ impl LoadedPlugin {
             .map_err(|e| self.batch_error(e))
     }
 
-    /// Transform a batch; the output is checked against the declared schema.
-    /// Without a declared transform, the batch is returned as is.
+    /// Transform a batch. By the contract a transform applies `validate`'s
+    /// checks first (one boundary crossing for both), then returns the columns
+    /// it fills or derives; the host checks each against the declaration and
+    /// assembles the batch: a derived column where returned, else the input's,
+    /// else nulls. Without a declared transform, the batch is returned as is.
     pub fn transform(
         &self,
         batch: &RecordBatch,
@@ -640,6 +644,7 @@ impl LoadedPlugin {
         let out = self
             .call(|p, s| p.call_transform(s, &bytes, &context))?
             .map_err(|e| self.batch_error(e))?;
+        drop(bytes);
         if out.len() > self.limits.output_bytes {
             return Err(PluginError::OutputTooLarge {
                 plugin: self.label.clone(),
@@ -647,91 +652,155 @@ impl LoadedPlugin {
                 limit: self.limits.output_bytes,
             });
         }
-        let batches = decode(&out).map_err(|message| PluginError::MalformedOutput {
+        let batches = decode(out).map_err(|message| PluginError::MalformedOutput {
             plugin: self.label.clone(),
             message,
         })?;
+        let mismatch = |message: String| PluginError::SchemaMismatch {
+            plugin: self.label.clone(),
+            message,
+        };
+        let Some(first) = batches.first() else {
+            return Err(PluginError::MalformedOutput {
+                plugin: self.label.clone(),
+                message: "the output stream holds no batch".into(),
+            });
+        };
+        let derived_schema = first.schema();
+        check_derived(&declared.schema, &derived_schema).map_err(mismatch)?;
         let mut rows = 0;
         for b in &batches {
-            if b.schema().as_ref() != declared.schema.as_ref() {
-                return Err(PluginError::SchemaMismatch {
-                    plugin: self.label.clone(),
-                    message: schema_difference(&declared.schema, &b.schema()),
-                });
+            if b.schema() != derived_schema {
+                return Err(mismatch("the output batches have different columns".into()));
             }
             rows += b.num_rows();
         }
         if rows != batch.num_rows() {
-            return Err(PluginError::SchemaMismatch {
-                plugin: self.label.clone(),
-                message: format!("{} rows in, {rows} rows out", batch.num_rows()),
-            });
+            return Err(mismatch(format!(
+                "{} rows in, {rows} rows out",
+                batch.num_rows()
+            )));
         }
-        arrow_select_concat(&declared.schema, &batches).map_err(|message| {
+        let derived = if batches.len() == 1 {
+            batches.into_iter().next().expect("one batch")
+        } else {
+            arrow_select::concat::concat_batches(&derived_schema, &batches).map_err(|e| {
+                PluginError::MalformedOutput {
+                    plugin: self.label.clone(),
+                    message: e.to_string(),
+                }
+            })?
+        };
+        assemble(&declared.schema, batch, &derived).map_err(|message| {
             PluginError::MalformedOutput {
                 plugin: self.label.clone(),
                 message,
             }
         })
     }
+
+    /// What the add pipeline runs: `transform` when the plugin declares one
+    /// (it validates in the same call), else `validate`; the batch to store.
+    pub fn prepare(
+        &self,
+        batch: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<RecordBatch, PluginError> {
+        if self.declaration().has_transform {
+            self.transform(batch, now_micros)
+        } else {
+            self.validate(batch)?;
+            Ok(batch.clone())
+        }
+    }
 }
 
-fn arrow_select_concat(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch, String> {
-    arrow_select::concat::concat_batches(schema, batches).map_err(|e| e.to_string())
-}
-
-/// Where two schemas first differ, by column name.
-fn schema_difference(declared: &Schema, got: &Schema) -> String {
-    for field in declared.fields() {
-        match got.field_with_name(field.name()) {
-            Err(_) => return format!("column '{}' is missing", field.name()),
-            Ok(g) if g != field.as_ref() => {
-                return format!(
-                    "column '{}' is {} (nullable: {}), declared {} (nullable: {})",
+/// A transform's output columns must be declared, once each, with the
+/// declared type (nullability is the engine's to check, row by row).
+fn check_derived(declared: &Schema, got: &Schema) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for field in got.fields() {
+        if !seen.insert(field.name()) {
+            return Err(format!("column '{}' is returned twice", field.name()));
+        }
+        match declared.field_with_name(field.name()) {
+            Err(_) => return Err(format!("column '{}' is not declared", field.name())),
+            Ok(d) if d.data_type() != field.data_type() => {
+                return Err(format!(
+                    "column '{}' is {}, declared {}",
                     field.name(),
-                    g.data_type(),
-                    g.is_nullable(),
                     field.data_type(),
-                    field.is_nullable()
-                );
+                    d.data_type()
+                ));
             }
             Ok(_) => {}
         }
     }
-    for field in got.fields() {
-        if declared.field_with_name(field.name()).is_err() {
-            return format!("column '{}' is not declared", field.name());
+    Ok(())
+}
+
+/// The declared columns in declared order: derived, else input, else nulls.
+/// Fields keep the declared type and are nullable here; the engine checks
+/// nullability and names the row.
+fn assemble(
+    declared: &SchemaRef,
+    input: &RecordBatch,
+    derived: &RecordBatch,
+) -> Result<RecordBatch, String> {
+    let rows = input.num_rows();
+    let mut fields = Vec::with_capacity(declared.fields().len());
+    let mut columns = Vec::with_capacity(declared.fields().len());
+    for field in declared.fields() {
+        let column = derived
+            .column_by_name(field.name())
+            .or_else(|| input.column_by_name(field.name()))
+            .cloned()
+            .unwrap_or_else(|| arrow_array::new_null_array(field.data_type(), rows));
+        if column.data_type() != field.data_type() {
+            return Err(format!(
+                "column '{}' is {}, declared {}",
+                field.name(),
+                column.data_type(),
+                field.data_type()
+            ));
         }
+        fields.push(field.as_ref().clone().with_nullable(true));
+        columns.push(column);
     }
-    if declared.fields().len() == got.fields().len()
-        && declared
-            .fields()
-            .iter()
-            .zip(got.fields())
-            .any(|(a, b)| a.name() != b.name())
-    {
-        return "columns are in another order".to_string();
-    }
-    "schema metadata differs".to_string()
+    RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            declared.metadata().clone(),
+        )),
+        columns,
+    )
+    .map_err(|e| e.to_string())
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// One allocation sized for the buffers, 8-byte padding.
 fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut writer = StreamWriter::try_new(&mut out, &batch.schema()).map_err(|e| e.to_string())?;
+    let mut out =
+        Vec::with_capacity(batch.get_array_memory_size() + 64 * batch.num_columns() + 1024);
+    let options =
+        IpcWriteOptions::try_new(8, false, MetadataVersion::V5).map_err(|e| e.to_string())?;
+    let mut writer = StreamWriter::try_new_with_options(&mut out, &batch.schema(), options)
+        .map_err(|e| e.to_string())?;
     writer.write(batch).map_err(|e| e.to_string())?;
     writer.finish().map_err(|e| e.to_string())?;
     drop(writer);
     Ok(out)
 }
 
-/// Bounded decode of untrusted IPC (never trusts length prefixes to allocate).
-fn decode(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
+/// Bounded decode of untrusted IPC (never trusts length prefixes to
+/// allocate), in place: the arrays point into `bytes`. Arrays are fully
+/// validated (offsets, UTF-8) by the decoder.
+fn decode(bytes: Vec<u8>) -> Result<Vec<RecordBatch>, String> {
     let mut decoder = StreamDecoder::new();
-    let mut buffer = Buffer::from(bytes.to_vec());
+    let mut buffer = Buffer::from_vec(bytes);
     let mut batches = Vec::new();
     while !buffer.is_empty() {
         match decoder.decode(&mut buffer) {
@@ -748,7 +817,7 @@ fn decode(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
 
 fn decode_schema(bytes: &[u8]) -> Result<Schema, String> {
     let mut decoder = StreamDecoder::new();
-    let mut buffer = Buffer::from(bytes.to_vec());
+    let mut buffer = Buffer::from(bytes);
     while !buffer.is_empty() {
         decoder
             .decode(&mut buffer)
