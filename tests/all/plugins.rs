@@ -51,13 +51,13 @@ fn the_builtin_plugins_load_and_declare_their_schemas() {
     let rt = runtime(PluginLimits::default());
     let rollout = rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
     let d = rollout.declaration();
-    assert_eq!((d.name.as_str(), d.key_column.as_str()), ("rollout", "id"));
+    assert_eq!((d.name.as_str(), d.key_column()), ("rollout", "id"));
     assert_eq!(d.schema.fields().len(), 36);
     assert_eq!(d.sha256.len(), 64);
     assert!(d.has_transform);
 
     let datagen = rt.load("datagen", &bytes("datagen"), vec![]).unwrap();
-    assert_eq!(datagen.declaration().key_column, "event_id");
+    assert_eq!(datagen.declaration().key_column(), "event_id");
     assert_eq!(datagen.declaration().schema.fields().len(), 34);
 
     let context = rt
@@ -69,16 +69,24 @@ fn the_builtin_plugins_load_and_declare_their_schemas() {
         .unwrap();
     let d = context.declaration();
     assert_eq!(d.schema.fields().len(), 26);
-    assert_eq!(d.vector_columns.len(), 1);
+    assert_eq!(d.spec.vectors.len(), 1);
     assert_eq!(
         (
-            d.vector_columns[0].dimension,
-            d.vector_columns[0].metric.as_str()
+            d.spec.vectors[0].dimension,
+            d.spec.vectors[0].metric.as_str()
         ),
         (8, "cosine")
     );
-    assert_eq!(d.secondary_key.as_deref(), Some("external_id"));
-    assert!(d.tombstones && d.supersession && d.lifecycle && d.unique_secondary_key);
+    assert_eq!(d.spec.secondary_key.as_deref(), Some("external_id"));
+    assert_eq!(
+        d.spec.capabilities,
+        [
+            "tombstones",
+            "supersession",
+            "lifecycle",
+            "unique_secondary_key"
+        ]
+    );
 
     // Bad parameters are the plugin's typed refusal, naming the parameter.
     let err = rt
@@ -223,6 +231,35 @@ fn hostile_plugins_get_typed_errors_and_the_host_keeps_serving() {
         "{err}"
     );
 
+    // A declaration breaking several rules: every problem is reported.
+    let err = rt
+        .load(
+            "hostile",
+            &bytes("test_hostile"),
+            params(&[("broken", "1")]),
+        )
+        .unwrap_err();
+    let PluginError::InvalidDeclaration { problems, .. } = &err else {
+        panic!("{err}")
+    };
+    let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "columns[1].name",
+            "columns[0].nullable",
+            "columns[0].type",
+            "blob_columns[0]",
+            "vectors[0].dimension",
+            "vectors[0].column",
+            "secondary_key",
+            "capabilities[0]",
+            "capabilities[0]",
+            "capabilities[0]"
+        ],
+        "{err}"
+    );
+
     let err = rt.load("junk", b"not a component", vec![]).unwrap_err();
     assert!(matches!(err, PluginError::Load { .. }), "{err}");
     still_serving();
@@ -304,7 +341,7 @@ async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
     let rt = runtime(PluginLimits::default());
     let notes = rt.load("example", &bytes("example"), vec![]).unwrap();
     let declared = notes.declaration().clone();
-    assert_eq!(declared.vector_columns[0].metric, "cosine");
+    assert_eq!(declared.spec.vectors[0].metric, "cosine");
 
     let (_dir, uri) = temp_uri();
     let store = Store::create(

@@ -1,11 +1,13 @@
 //! # lance-context-host
 //!
 //! The host around the storage engine: the sandboxed schema-plugin runtime
-//! ([`plugin`]), the add pipeline through a plugin ([`pipeline`]), and the
+//! ([`plugin`]), the schema declaration every plugin produces and its rules
+//! ([`spec`]), the add pipeline through a plugin ([`pipeline`]), and the
 //! `lance-context` CLI (the binary).
 
 pub mod pipeline;
 pub mod plugin;
+pub mod spec;
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the
 /// built-in schemas, and the fixtures the tests load).

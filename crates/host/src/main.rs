@@ -332,38 +332,29 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
                 "plugin {} {} (ABI {}), sha256 {}",
                 d.name, d.version, d.abi_version, d.sha256
             );
-            println!("key: {}", d.key_column);
-            if let Some(k) = &d.secondary_key {
+            let spec = &d.spec;
+            println!("key: {}", spec.key);
+            if let Some(k) = &spec.secondary_key {
                 println!("secondary key: {k}");
             }
-            for v in &d.vector_columns {
+            for v in &spec.vectors {
                 println!(
                     "vector: {} (dimension {}, {})",
-                    v.name, v.dimension, v.metric
+                    v.column, v.dimension, v.metric
                 );
             }
-            if !d.blob_columns.is_empty() {
-                println!("blob columns: {}", d.blob_columns.join(", "));
+            if !spec.blob_columns.is_empty() {
+                println!("blob columns: {}", spec.blob_columns.join(", "));
             }
-            let caps: Vec<&str> = [
-                (d.tombstones, "tombstones"),
-                (d.supersession, "supersession"),
-                (d.lifecycle, "lifecycle"),
-                (d.unique_secondary_key, "unique-secondary-key"),
-                (d.has_transform, "transform"),
-            ]
-            .iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, n)| *n)
-            .collect();
             println!(
                 "capabilities: {}",
-                if caps.is_empty() {
+                if spec.capabilities.is_empty() {
                     "none".to_string()
                 } else {
-                    caps.join(", ")
+                    spec.capabilities.join(", ")
                 }
             );
+            println!("transform: {}", if d.has_transform { "yes" } else { "no" });
             println!();
             println!(
                 "{:<4} {:<24} {:<48} {:<8} metadata",
@@ -392,6 +383,17 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
             println!("checking {label} ({} bytes)", bytes.len());
             let loaded = match runtime.load(&label, &bytes, params) {
                 Ok(loaded) => loaded,
+                Err(lance_context_host::plugin::PluginError::InvalidDeclaration {
+                    plugin,
+                    problems,
+                }) => {
+                    println!("ok: compiles, links as a schema plugin, describe succeeds");
+                    println!("the declaration of {plugin} breaks the schema rules:");
+                    for p in &problems {
+                        println!("problem: {p}");
+                    }
+                    bail!("{} problem(s) found", problems.len());
+                }
                 Err(e) => {
                     println!("problem: {e}");
                     bail!("1 problem found");
@@ -401,7 +403,7 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
             println!(
                 "ok: ABI {}, key column '{}', declared columns present",
                 loaded.declaration().abi_version,
-                loaded.declaration().key_column
+                loaded.declaration().key_column()
             );
             // Probe the calls with one all-null row: row errors are the plugin
             // working; traps and bad outputs are problems.

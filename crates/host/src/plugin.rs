@@ -27,5 +27,5 @@ mod runtime;
 
 pub use runtime::{
     ABI_VERSION, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits, PluginRuntime,
-    RowError, VectorDecl,
+    RowError,
 };

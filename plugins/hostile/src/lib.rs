@@ -3,7 +3,8 @@
 //! `loop` spins forever, `bomb` allocates without bound, `panic` panics,
 //! `garbage` returns bytes that are not Arrow IPC, `lying` returns a batch that
 //! does not match its declared schema; the parameter `abi` sets the ABI version
-//! it claims. Anything else behaves.
+//! it claims, the parameter `broken` makes it declare a schema breaking several
+//! rules at once. Anything else behaves.
 
 #[cfg(target_arch = "wasm32")]
 mod component {
@@ -11,7 +12,9 @@ mod component {
 
     use lance_context_plugin::arrow_array::cast::AsArray;
     use lance_context_plugin::arrow_array::{Int64Array, RecordBatch};
-    use lance_context_plugin::bindings::lance_context::plugin::types::Capabilities;
+    use lance_context_plugin::bindings::lance_context::plugin::types::{
+        Capabilities, Metric, VectorColumn,
+    };
     use lance_context_plugin::bindings::{
         BatchError, CallContext, DescribeError, Guest, SchemaDecl,
     };
@@ -62,6 +65,35 @@ mod component {
                 .find(|(k, _)| k == "abi")
                 .and_then(|(_, v)| v.parse().ok())
                 .unwrap_or(lance_context_plugin::ABI_VERSION);
+            if params.iter().any(|(k, _)| k == "broken") {
+                // A declaration breaking several rules at once: a nullable
+                // Int64 key, a reserved column name, a blob column that is
+                // not binary, a zero-width vector, a secondary key that does
+                // not exist, and lifecycle without its columns.
+                let item = Arc::new(Field::new("item", DataType::Float32, true));
+                let broken = Schema::new(vec![
+                    Field::new("id", DataType::Int64, true),
+                    Field::new("_rowid", DataType::Utf8, true),
+                    Field::new("vec", DataType::FixedSizeList(item, 2), true),
+                ]);
+                return Ok(SchemaDecl {
+                    name: "hostile".into(),
+                    version: "0.0.0".into(),
+                    abi_version: abi,
+                    arrow_schema: ipc::encode_schema(&broken)
+                        .map_err(DescribeError::InvalidParams)?,
+                    key_column: "id".into(),
+                    blob_columns: vec!["_rowid".into()],
+                    vector_columns: vec![VectorColumn {
+                        name: "vec".into(),
+                        dimension: 0,
+                        metric: Metric::Dot,
+                    }],
+                    secondary_key: Some("external_id".into()),
+                    capabilities: Capabilities::LIFECYCLE,
+                    has_transform: false,
+                });
+            }
             Ok(SchemaDecl {
                 name: "hostile".into(),
                 version: "0.0.0".into(),

@@ -10,7 +10,7 @@ use arrow_buffer::Buffer;
 use arrow_ipc::MetadataVersion;
 use arrow_ipc::reader::StreamDecoder;
 use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
-use arrow_schema::{DataType, Schema, SchemaRef};
+use arrow_schema::{Schema, SchemaRef};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
@@ -18,6 +18,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, SchemaPlugin, SchemaPluginPre};
+use crate::spec::{KeyRule, SchemaSpec, SpecProblem, VectorSpec};
 
 /// The contract ABI version this host speaks (`lance-context:plugin@0.1.0`).
 pub const ABI_VERSION: u32 = 1;
@@ -86,9 +87,12 @@ pub enum PluginError {
     /// `describe` refused the creation parameters.
     #[error("plugin {plugin}: invalid parameters: {message}")]
     InvalidParams { plugin: String, message: String },
-    /// The declaration is unusable (schema does not decode, key missing, …).
-    #[error("plugin {plugin}: invalid declaration: {message}")]
-    InvalidDeclaration { plugin: String, message: String },
+    /// The declaration breaks the spec rules (every problem found).
+    #[error("plugin {plugin}: invalid declaration: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidDeclaration {
+        plugin: String,
+        problems: Vec<SpecProblem>,
+    },
     /// `validate` or `transform` rejected rows.
     #[error("plugin {plugin}: {} row error(s), first: {}", errors.len(), errors.first().map(ToString::to_string).unwrap_or_default())]
     Rejected {
@@ -135,33 +139,27 @@ impl PluginError {
     }
 }
 
-/// A vector column as declared.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VectorDecl {
-    pub name: String,
-    pub dimension: u32,
-    /// "l2", "cosine" or "dot".
-    pub metric: String,
-}
-
-/// What a plugin declared, checked and in host types.
+/// What a plugin declared, checked and in host types: the plugin's identity
+/// and its [`SchemaSpec`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginDeclaration {
     pub name: String,
     pub version: String,
     pub abi_version: u32,
+    /// The spec's Arrow schema (key column tagged as the primary key).
     pub schema: SchemaRef,
-    pub key_column: String,
-    pub blob_columns: Vec<String>,
-    pub vector_columns: Vec<VectorDecl>,
-    pub secondary_key: Option<String>,
-    pub tombstones: bool,
-    pub supersession: bool,
-    pub lifecycle: bool,
-    pub unique_secondary_key: bool,
+    /// Key, columns, blobs, vectors, secondary key, capabilities.
+    pub spec: SchemaSpec,
     pub has_transform: bool,
     /// sha256 of the component bytes (hex).
     pub sha256: String,
+}
+
+impl PluginDeclaration {
+    /// The key column.
+    pub fn key_column(&self) -> &str {
+        &self.spec.key
+    }
 }
 
 /// Per-store state of an instance.
@@ -497,10 +495,6 @@ impl LoadedPlugin {
         } else {
             decl.name.clone()
         };
-        let invalid = |message: String| PluginError::InvalidDeclaration {
-            plugin: plugin.clone(),
-            message,
-        };
         if decl.abi_version != ABI_VERSION {
             return Err(PluginError::UnsupportedAbi {
                 plugin,
@@ -514,75 +508,59 @@ impl LoadedPlugin {
                 limit: self.limits.output_bytes,
             });
         }
-        let schema = decode_schema(&decl.arrow_schema).map_err(invalid)?;
-        let key = schema.field_with_name(&decl.key_column).map_err(|_| {
-            invalid(format!(
-                "key column '{}' is not in the schema",
-                decl.key_column
-            ))
+        let schema = decode_schema(&decl.arrow_schema).map_err(|message| {
+            PluginError::InvalidDeclaration {
+                plugin: plugin.clone(),
+                problems: vec![SpecProblem {
+                    field: "arrow-schema".into(),
+                    message,
+                }],
+            }
         })?;
-        if key.data_type() != &DataType::Utf8 || key.is_nullable() {
-            return Err(invalid(format!(
-                "key column '{}' must be a non-null Utf8",
-                decl.key_column
-            )));
-        }
-        for column in decl.blob_columns.iter().chain(decl.secondary_key.iter()) {
-            if schema.field_with_name(column).is_err() {
-                return Err(invalid(format!(
-                    "declared column '{column}' is not in the schema"
-                )));
-            }
-        }
-        let mut vectors = Vec::new();
-        for v in &decl.vector_columns {
-            match schema
-                .field_with_name(&v.name)
-                .map(|f| f.data_type().clone())
-            {
-                Ok(DataType::FixedSizeList(item, dim))
-                    if item.data_type() == &DataType::Float32
-                        && dim as u32 == v.dimension
-                        && dim > 0 => {}
-                _ => {
-                    return Err(invalid(format!(
-                        "vector column '{}' must be FixedSizeList<Float32, {}>",
-                        v.name, v.dimension
-                    )));
-                }
-            }
-            vectors.push(VectorDecl {
-                name: v.name.clone(),
-                dimension: v.dimension,
+        let mut spec = SchemaSpec::from_arrow(&plugin, &decl.key_column, &schema);
+        spec.blob_columns = decl.blob_columns;
+        spec.vectors = decl
+            .vector_columns
+            .iter()
+            .map(|v| VectorSpec {
+                column: v.name.clone(),
+                dimension: i64::from(v.dimension),
                 metric: match v.metric {
                     bindings::Metric::L2 => "l2",
                     bindings::Metric::Cosine => "cosine",
                     bindings::Metric::Dot => "dot",
                 }
                 .to_string(),
-            });
+            })
+            .collect();
+        spec.secondary_key = decl.secondary_key;
+        for (flag, name) in [
+            (bindings::Capabilities::TOMBSTONES, "tombstones"),
+            (bindings::Capabilities::SUPERSESSION, "supersession"),
+            (bindings::Capabilities::LIFECYCLE, "lifecycle"),
+            (
+                bindings::Capabilities::UNIQUE_SECONDARY_KEY,
+                "unique_secondary_key",
+            ),
+        ] {
+            if decl.capabilities.contains(flag) {
+                spec.capabilities.push(name.to_string());
+            }
         }
+        // The built-in datagen schema keys by `event_id`; the registry holds
+        // user schemas to `id`.
+        let schema = spec
+            .check(KeyRule::Builtin)
+            .map_err(|e| PluginError::InvalidDeclaration {
+                plugin: plugin.clone(),
+                problems: e.problems,
+            })?;
         Ok(PluginDeclaration {
             name: plugin,
             version: decl.version,
             abi_version: decl.abi_version,
-            schema: Arc::new(schema),
-            key_column: decl.key_column,
-            blob_columns: decl.blob_columns,
-            vector_columns: vectors,
-            secondary_key: decl.secondary_key,
-            tombstones: decl
-                .capabilities
-                .contains(bindings::Capabilities::TOMBSTONES),
-            supersession: decl
-                .capabilities
-                .contains(bindings::Capabilities::SUPERSESSION),
-            lifecycle: decl
-                .capabilities
-                .contains(bindings::Capabilities::LIFECYCLE),
-            unique_secondary_key: decl
-                .capabilities
-                .contains(bindings::Capabilities::UNIQUE_SECONDARY_KEY),
+            schema,
+            spec,
             has_transform: decl.has_transform,
             sha256,
         })

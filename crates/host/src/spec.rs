@@ -1,0 +1,774 @@
+//! `SchemaSpec`: the one declaration every schema produces — a plugin's
+//! `describe`, or a declarative spec file run by the built-in `spec` plugin —
+//! and its rules.
+//!
+//! The rules are checked when a plugin loads and when a store is created, and
+//! every problem is reported (one [`SpecProblem`] each, naming the field), not
+//! just the first. A spec is immutable once a store is created from it
+//! (reopening with a different spec is an error, see [`crate::registry`]).
+//!
+//! # The JSON form
+//! The registry records a spec, and users write one for a store without a
+//! plugin of their own (`lance-context store create NAME --spec FILE`):
+//!
+//! ```json
+//! {
+//!   "name": "notes",
+//!   "key": "id",
+//!   "columns": [
+//!     {"name": "id", "type": "Utf8", "nullable": false},
+//!     {"name": "text", "type": "Utf8", "nullable": false, "rules": {"non_empty": true}},
+//!     {"name": "priority", "type": "Int32", "rules": {"min": 1, "max": 5}},
+//!     {"name": "kind", "type": "Utf8", "rules": {"one_of": ["note", "task"]}},
+//!     {"name": "embedding", "type": "FixedSizeList(4 x Float32)"}
+//!   ],
+//!   "vectors": [{"column": "embedding", "dimension": 4, "metric": "cosine"}],
+//!   "blob_columns": [],
+//!   "secondary_key": null,
+//!   "capabilities": []
+//! }
+//! ```
+//!
+//! `type` is Arrow's own type syntax (what `DataType`'s `Display` prints and
+//! its parser reads): see [`SUPPORTED_TYPES`]. `nullable` defaults to true;
+//! the key column is tagged as the primary key by the host.
+
+use std::collections::{BTreeMap, HashSet};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use lance_context_store::PRIMARY_KEY_METADATA;
+use serde::{Deserialize, Serialize};
+
+/// The reserved tombstone content type: no value of any column may be it.
+pub const TOMBSTONE_CONTENT_TYPE: &str = "application/vnd.lance-context.tombstone";
+
+/// Column names the storage engine reserves (any other `_`-prefixed name is
+/// reserved too).
+pub const RESERVED_COLUMNS: &[&str] = &["_rowid", "_rowaddr", "_mem_wal", "_tombstone"];
+
+/// The Arrow types a spec may use (the generic JSON → Arrow → Lance path reads
+/// and stores all of them), in Arrow's type syntax. Lists, fixed-size lists and
+/// structs nest any of them.
+pub const SUPPORTED_TYPES: &[&str] = &[
+    "Boolean",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "UInt8",
+    "UInt16",
+    "UInt32",
+    "UInt64",
+    "Float32",
+    "Float64",
+    "Utf8",
+    "LargeUtf8",
+    "Binary",
+    "LargeBinary",
+    "Date32",
+    "Timestamp(µs) / Timestamp(µs, \"UTC\") (also ms, s, ns)",
+    "Dictionary(Int8|Int16|Int32, Utf8)",
+    "List(T)",
+    "LargeList(T)",
+    "FixedSizeList(N x T)",
+    "Struct(\"name\": T, …)",
+];
+
+/// A schema: columns, key, and what the engine does with them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaSpec {
+    /// The schema's name (e.g. "rollout", or a user's).
+    pub name: String,
+    /// The key column.
+    pub key: String,
+    /// The columns, in order.
+    pub columns: Vec<ColumnSpec>,
+    /// Columns holding large binary payloads.
+    #[serde(default)]
+    pub blob_columns: Vec<String>,
+    /// Vector columns.
+    #[serde(default)]
+    pub vectors: Vec<VectorSpec>,
+    /// A caller-side key (e.g. `external_id`).
+    #[serde(default)]
+    pub secondary_key: Option<String>,
+    /// Opt-in engine behaviours: `tombstones`, `supersession`, `lifecycle`,
+    /// `unique_secondary_key`.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+}
+
+/// One column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnSpec {
+    pub name: String,
+    /// Arrow type syntax, e.g. `Utf8`, `List(Int32)`, `FixedSizeList(4 x Float32)`.
+    #[serde(rename = "type")]
+    pub data_type: String,
+    #[serde(default = "yes")]
+    pub nullable: bool,
+    /// Value rules (declarative specs; a plugin checks its own rules in code).
+    #[serde(default, skip_serializing_if = "ColumnRules::is_empty")]
+    pub rules: ColumnRules,
+    /// Field metadata (besides the primary-key tag, which the host sets).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Per-column value rules of a declarative spec; checked row by row by the
+/// built-in `spec` plugin.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnRules {
+    /// Strings: not empty when present.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub non_empty: bool,
+    /// Numbers: at least this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Numbers: at most this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// Strings: one of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_of: Option<Vec<String>>,
+    /// Strings: at most this many characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u64>,
+}
+
+impl ColumnRules {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A vector column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorSpec {
+    pub column: String,
+    /// > 0; the column must be `FixedSizeList(dimension x Float32)`.
+    pub dimension: i64,
+    /// `l2`, `cosine` or `dot`.
+    pub metric: String,
+}
+
+/// One problem with a spec, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecProblem {
+    /// Where: `key`, `columns[2].type`, `vectors[0].metric`, …
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SpecProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem found, in spec order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} problem(s) in schema '{name}': {}", problems.len(), problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct SpecErrors {
+    pub name: String,
+    pub problems: Vec<SpecProblem>,
+}
+
+/// The capabilities a spec may declare.
+pub const CAPABILITIES: &[&str] = &[
+    "tombstones",
+    "supersession",
+    "lifecycle",
+    "unique_secondary_key",
+];
+
+/// Which key columns are allowed: `id` for every schema, plus `event_id` for
+/// the built-in datagen schema (kept for compatibility with its data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRule {
+    /// The key must be `id`.
+    #[default]
+    IdOnly,
+    /// A built-in schema: its documented key.
+    Builtin,
+}
+
+impl SchemaSpec {
+    /// The spec of an Arrow schema (types printed in Arrow's syntax; field
+    /// metadata kept except the primary-key tag).
+    pub fn from_arrow(name: &str, key: &str, schema: &Schema) -> Self {
+        Self {
+            name: name.to_string(),
+            key: key.to_string(),
+            columns: schema
+                .fields()
+                .iter()
+                .map(|f| ColumnSpec {
+                    name: f.name().clone(),
+                    data_type: f.data_type().to_string(),
+                    nullable: f.is_nullable(),
+                    rules: ColumnRules::default(),
+                    metadata: f
+                        .metadata()
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != PRIMARY_KEY_METADATA)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                })
+                .collect(),
+            blob_columns: Vec::new(),
+            vectors: Vec::new(),
+            secondary_key: None,
+            capabilities: Vec::new(),
+        }
+    }
+
+    /// Parse the JSON form. Syntax errors name the line and column.
+    pub fn from_json(text: &str) -> Result<Self, SpecErrors> {
+        serde_json::from_str(text).map_err(|e| SpecErrors {
+            name: "(unparsed)".into(),
+            problems: vec![SpecProblem {
+                field: format!("line {}, column {}", e.line(), e.column()),
+                message: e.to_string(),
+            }],
+        })
+    }
+
+    /// The JSON form (pretty).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a spec serializes")
+    }
+
+    /// Whether a capability is declared.
+    pub fn has(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
+    }
+
+    /// Check every rule; every problem found, or the Arrow schema (the key
+    /// column tagged as the primary key).
+    pub fn check(&self, key_rule: KeyRule) -> Result<Arc<Schema>, SpecErrors> {
+        let mut problems = Vec::new();
+        let mut p = |field: String, message: String| problems.push(SpecProblem { field, message });
+        if self.name.trim().is_empty() {
+            p("name".into(), "the schema needs a name".into());
+        }
+        if self.columns.is_empty() {
+            p(
+                "columns".into(),
+                "a schema needs at least one column".into(),
+            );
+        }
+        let mut seen = HashSet::new();
+        let mut types: BTreeMap<&str, DataType> = BTreeMap::new();
+        for (i, c) in self.columns.iter().enumerate() {
+            let at = |what: &str| format!("columns[{i}]{what}");
+            if c.name.is_empty() {
+                p(at(".name"), "a column needs a name".into());
+            } else if RESERVED_COLUMNS.contains(&c.name.as_str()) || c.name.starts_with('_') {
+                p(
+                    at(".name"),
+                    format!(
+                        "'{}' is reserved (the engine's system columns: {}, and every other name starting with '_')",
+                        c.name,
+                        RESERVED_COLUMNS.join(", ")
+                    ),
+                );
+            }
+            if !seen.insert(c.name.as_str()) {
+                p(
+                    at(".name"),
+                    format!("column '{}' is declared twice", c.name),
+                );
+            }
+            match DataType::from_str(&c.data_type) {
+                Err(e) => p(
+                    at(".type"),
+                    format!("'{}' is not an Arrow type: {e}", c.data_type),
+                ),
+                Ok(t) => {
+                    if let Err(why) = supported(&t) {
+                        p(
+                            at(".type"),
+                            format!(
+                                "column '{}': {why} (supported: {})",
+                                c.name,
+                                SUPPORTED_TYPES.join(", ")
+                            ),
+                        );
+                    } else {
+                        types.insert(c.name.as_str(), t);
+                    }
+                }
+            }
+            check_rules(c, types.get(c.name.as_str()), &mut p, &at);
+            for (k, v) in &c.metadata {
+                if v == TOMBSTONE_CONTENT_TYPE {
+                    p(
+                        at(&format!(".metadata.{k}")),
+                        "the tombstone content type is reserved".into(),
+                    );
+                }
+            }
+        }
+        // Key.
+        match key_rule {
+            KeyRule::IdOnly if self.key != "id" => p(
+                "key".into(),
+                format!(
+                    "the key column must be 'id' (got '{}'); only the built-in datagen schema keeps 'event_id'",
+                    self.key
+                ),
+            ),
+            KeyRule::Builtin if self.key != "id" && self.key != "event_id" => p(
+                "key".into(),
+                format!(
+                    "the key column must be 'id' or 'event_id', got '{}'",
+                    self.key
+                ),
+            ),
+            _ => {}
+        }
+        match self.columns.iter().position(|c| c.name == self.key) {
+            None => p(
+                "key".into(),
+                format!("the key column '{}' is not among the columns", self.key),
+            ),
+            Some(i) => {
+                let c = &self.columns[i];
+                if c.nullable {
+                    p(
+                        format!("columns[{i}].nullable"),
+                        format!("the key column '{}' must be non-null", c.name),
+                    );
+                }
+                if let Some(t) = types.get(c.name.as_str())
+                    && t != &DataType::Utf8
+                {
+                    p(
+                        format!("columns[{i}].type"),
+                        format!("the key column '{}' must be Utf8, not {t}", c.name),
+                    );
+                }
+            }
+        }
+        // Blob columns.
+        let mut blobs = HashSet::new();
+        for (i, b) in self.blob_columns.iter().enumerate() {
+            let at = format!("blob_columns[{i}]");
+            if !blobs.insert(b) {
+                p(at.clone(), format!("'{b}' is listed twice"));
+            }
+            match types.get(b.as_str()) {
+                None if !seen.contains(b.as_str()) => {
+                    p(at, format!("blob column '{b}' is not among the columns"))
+                }
+                Some(DataType::Binary | DataType::LargeBinary) | None => {}
+                Some(t) => p(
+                    at,
+                    format!("blob column '{b}' must be Binary or LargeBinary, not {t}"),
+                ),
+            }
+        }
+        // Vectors.
+        let mut vectors = HashSet::new();
+        for (i, v) in self.vectors.iter().enumerate() {
+            let at = |what: &str| format!("vectors[{i}]{what}");
+            if !vectors.insert(&v.column) {
+                p(at(".column"), format!("'{}' is declared twice", v.column));
+            }
+            if v.dimension <= 0 {
+                p(
+                    at(".dimension"),
+                    format!("the dimension must be > 0, got {}", v.dimension),
+                );
+            }
+            if !["l2", "cosine", "dot"].contains(&v.metric.as_str()) {
+                p(
+                    at(".metric"),
+                    format!("the metric must be l2, cosine or dot, got '{}'", v.metric),
+                );
+            }
+            match types.get(v.column.as_str()) {
+                None if !seen.contains(v.column.as_str()) => p(
+                    at(".column"),
+                    format!("vector column '{}' is not among the columns", v.column),
+                ),
+                Some(DataType::FixedSizeList(item, n))
+                    if item.data_type() == &DataType::Float32 && i64::from(*n) == v.dimension => {}
+                None => {}
+                Some(t) => p(
+                    at(".column"),
+                    format!(
+                        "vector column '{}' must be FixedSizeList({} x Float32), not {t}",
+                        v.column, v.dimension
+                    ),
+                ),
+            }
+        }
+        // Secondary key.
+        if let Some(s) = &self.secondary_key {
+            if s == &self.key {
+                p(
+                    "secondary_key".into(),
+                    format!("'{s}' is the key column already"),
+                );
+            }
+            match types.get(s.as_str()) {
+                None if !seen.contains(s.as_str()) => p(
+                    "secondary_key".into(),
+                    format!("the secondary key '{s}' is not among the columns"),
+                ),
+                Some(DataType::Utf8 | DataType::LargeUtf8) | None => {}
+                Some(t) => p(
+                    "secondary_key".into(),
+                    format!("the secondary key '{s}' must be Utf8, not {t}"),
+                ),
+            }
+        }
+        // Capabilities and the columns they need.
+        let mut caps = HashSet::new();
+        for (i, c) in self.capabilities.iter().enumerate() {
+            let at = format!("capabilities[{i}]");
+            if !caps.insert(c.as_str()) {
+                p(at.clone(), format!("'{c}' is listed twice"));
+            }
+            let needs: &[(&str, &str)] = match c.as_str() {
+                "tombstones" => &[("content_type", "Utf8")],
+                "supersession" => &[("supersedes_id", "Utf8")],
+                "lifecycle" => &[
+                    ("expires_at", "Timestamp"),
+                    ("lifecycle_status", "Utf8"),
+                    ("retired_at", "Timestamp"),
+                ],
+                "unique_secondary_key" => {
+                    if self.secondary_key.is_none() {
+                        p(
+                            at.clone(),
+                            "unique_secondary_key needs a secondary_key".into(),
+                        );
+                    }
+                    &[]
+                }
+                other => {
+                    p(
+                        at.clone(),
+                        format!(
+                            "unknown capability '{other}' (known: {})",
+                            CAPABILITIES.join(", ")
+                        ),
+                    );
+                    &[]
+                }
+            };
+            for (column, kind) in needs {
+                let ok = match types.get(column) {
+                    Some(DataType::Utf8) => *kind == "Utf8",
+                    Some(DataType::Timestamp(_, _)) => *kind == "Timestamp",
+                    _ => false,
+                };
+                if !ok {
+                    p(
+                        at.clone(),
+                        format!("capability '{c}' needs a {kind} column '{column}'"),
+                    );
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(SpecErrors {
+                name: self.name.clone(),
+                problems,
+            });
+        }
+        let fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|c| {
+                let mut metadata: std::collections::HashMap<String, String> =
+                    c.metadata.clone().into_iter().collect();
+                if c.name == self.key {
+                    metadata.insert(PRIMARY_KEY_METADATA.to_string(), "true".to_string());
+                }
+                Field::new(&c.name, types[c.name.as_str()].clone(), c.nullable)
+                    .with_metadata(metadata)
+            })
+            .collect();
+        Ok(Arc::new(Schema::new(fields)))
+    }
+}
+
+fn check_rules(
+    c: &ColumnSpec,
+    t: Option<&DataType>,
+    p: &mut impl FnMut(String, String),
+    at: &impl Fn(&str) -> String,
+) {
+    let r = &c.rules;
+    let stringy = matches!(t, Some(DataType::Utf8 | DataType::LargeUtf8) | None);
+    let numeric = t.is_none_or(DataType::is_numeric);
+    if (r.non_empty || r.one_of.is_some() || r.max_length.is_some()) && !stringy {
+        p(
+            at(".rules"),
+            format!(
+                "non_empty, one_of and max_length apply to strings; '{}' is not one",
+                c.name
+            ),
+        );
+    }
+    if (r.min.is_some() || r.max.is_some()) && !numeric {
+        p(
+            at(".rules"),
+            format!("min and max apply to numbers; '{}' is not one", c.name),
+        );
+    }
+    if let (Some(min), Some(max)) = (r.min, r.max)
+        && min > max
+    {
+        p(at(".rules"), format!("min {min} is above max {max}"));
+    }
+    if let Some(values) = &r.one_of {
+        if values.is_empty() {
+            p(
+                at(".rules.one_of"),
+                "one_of needs at least one value".into(),
+            );
+        }
+        if values.iter().any(|v| v == TOMBSTONE_CONTENT_TYPE) {
+            p(
+                at(".rules.one_of"),
+                "the tombstone content type is reserved".into(),
+            );
+        }
+    }
+}
+
+/// Whether the generic path supports a type.
+fn supported(t: &DataType) -> Result<(), String> {
+    match t {
+        DataType::Boolean
+        | DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::Date32 => Ok(()),
+        DataType::Timestamp(
+            TimeUnit::Second | TimeUnit::Millisecond | TimeUnit::Microsecond | TimeUnit::Nanosecond,
+            tz,
+        ) => match tz.as_deref() {
+            None | Some("UTC") | Some("+00:00") => Ok(()),
+            Some(other) => Err(format!(
+                "timestamps are stored without a zone or in UTC, not '{other}'"
+            )),
+        },
+        DataType::Dictionary(k, v)
+            if matches!(**k, DataType::Int8 | DataType::Int16 | DataType::Int32)
+                && **v == DataType::Utf8 =>
+        {
+            Ok(())
+        }
+        DataType::List(f) | DataType::LargeList(f) => supported(f.data_type()),
+        DataType::FixedSizeList(f, n) if *n > 0 => supported(f.data_type()),
+        DataType::Struct(fields) if !fields.is_empty() => {
+            fields.iter().try_for_each(|f| supported(f.data_type()))
+        }
+        other => Err(format!("{other} is not supported")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> SchemaSpec {
+        SchemaSpec::from_json(
+            r#"{
+              "name": "notes",
+              "key": "id",
+              "columns": [
+                {"name": "id", "type": "Utf8", "nullable": false},
+                {"name": "text", "type": "Utf8", "nullable": false, "rules": {"non_empty": true}},
+                {"name": "priority", "type": "Int32", "rules": {"min": 1, "max": 5}},
+                {"name": "at", "type": "Timestamp(µs)"},
+                {"name": "tags", "type": "List(Utf8)"},
+                {"name": "embedding", "type": "FixedSizeList(4 x Float32)"}
+              ],
+              "vectors": [{"column": "embedding", "dimension": 4, "metric": "cosine"}]
+            }"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_good_spec_gives_a_keyed_schema_and_round_trips() {
+        let spec = good();
+        let schema = spec.check(KeyRule::IdOnly).unwrap();
+        assert_eq!(
+            schema.field(0).metadata().get(PRIMARY_KEY_METADATA),
+            Some(&"true".to_string())
+        );
+        // Back from Arrow: the same columns (value rules live in the spec only).
+        let back = SchemaSpec::from_arrow("notes", "id", &schema);
+        let shape = |s: &SchemaSpec| {
+            s.columns
+                .iter()
+                .map(|c| (c.name.clone(), c.data_type.clone(), c.nullable))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shape(&back), shape(&spec));
+        assert_eq!(SchemaSpec::from_json(&spec.to_json()).unwrap(), spec);
+    }
+
+    fn problems(spec: &SchemaSpec) -> Vec<String> {
+        spec.check(KeyRule::IdOnly)
+            .unwrap_err()
+            .problems
+            .iter()
+            .map(|p| p.field.clone())
+            .collect()
+    }
+
+    #[test]
+    fn every_problem_is_reported_naming_its_field() {
+        let mut spec = good();
+        spec.key = "event_id".into();
+        spec.columns[2].data_type = "Float16".into();
+        spec.columns[3].name = "_rowid".into();
+        spec.columns.push(spec.columns[1].clone());
+        spec.vectors[0].dimension = 0;
+        spec.vectors[0].metric = "manhattan".into();
+        spec.capabilities = vec!["telepathy".into()];
+        assert_eq!(
+            problems(&spec),
+            [
+                "columns[2].type",
+                "columns[3].name",
+                "columns[6].name",
+                "key",
+                "key",
+                "vectors[0].dimension",
+                "vectors[0].metric",
+                "vectors[0].column",
+                "capabilities[0]"
+            ]
+        );
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut SchemaSpec)>, &str)> = vec![
+            (
+                "nullable key",
+                Box::new(|s| s.columns[0].nullable = true),
+                "columns[0].nullable",
+            ),
+            (
+                "key not Utf8",
+                Box::new(|s| s.columns[0].data_type = "Int64".into()),
+                "columns[0].type",
+            ),
+            (
+                "_mem_wal",
+                Box::new(|s| s.columns[1].name = "_mem_wal".into()),
+                "columns[1].name",
+            ),
+            (
+                "_anything",
+                Box::new(|s| s.columns[1].name = "_x".into()),
+                "columns[1].name",
+            ),
+            (
+                "not a type",
+                Box::new(|s| s.columns[1].data_type = "Text".into()),
+                "columns[1].type",
+            ),
+            (
+                "blob not binary",
+                Box::new(|s| s.blob_columns = vec!["text".into()]),
+                "blob_columns[0]",
+            ),
+            (
+                "blob missing",
+                Box::new(|s| s.blob_columns = vec!["nope".into()]),
+                "blob_columns[0]",
+            ),
+            (
+                "vector width",
+                Box::new(|s| s.vectors[0].dimension = 8),
+                "vectors[0].column",
+            ),
+            (
+                "secondary key missing",
+                Box::new(|s| s.secondary_key = Some("external_id".into())),
+                "secondary_key",
+            ),
+            (
+                "capability without its columns",
+                Box::new(|s| s.capabilities = vec!["supersession".into()]),
+                "capabilities[0]",
+            ),
+            (
+                "unique without a secondary key",
+                Box::new(|s| s.capabilities = vec!["unique_secondary_key".into()]),
+                "capabilities[0]",
+            ),
+            (
+                "tombstone value",
+                Box::new(|s| s.columns[1].rules.one_of = Some(vec![TOMBSTONE_CONTENT_TYPE.into()])),
+                "columns[1].rules.one_of",
+            ),
+            (
+                "min on a string",
+                Box::new(|s| s.columns[1].rules.min = Some(1.0)),
+                "columns[1].rules",
+            ),
+            (
+                "zoned timestamp",
+                Box::new(|s| s.columns[3].data_type = "Timestamp(µs, \"+08:00\")".into()),
+                "columns[3].type",
+            ),
+        ];
+        for (what, mutate, field) in cases {
+            let mut spec = good();
+            mutate(&mut spec);
+            assert_eq!(problems(&spec), [field], "{what}");
+        }
+    }
+
+    #[test]
+    fn the_datagen_key_is_for_builtins_only() {
+        let mut spec = good();
+        spec.columns[0].name = "event_id".into();
+        spec.key = "event_id".into();
+        assert!(spec.check(KeyRule::Builtin).is_ok());
+        assert_eq!(problems(&spec), ["key"]);
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let err = SchemaSpec::from_json("{\n \"name\": 3\n}").unwrap_err();
+        assert!(err.problems[0].field.starts_with("line 2"), "{err}");
+        let err =
+            SchemaSpec::from_json(r#"{"name":"a","key":"id","columns":[],"extra":1}"#).unwrap_err();
+        assert!(err.to_string().contains("extra"), "{err}");
+    }
+}
