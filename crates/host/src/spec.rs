@@ -675,7 +675,8 @@ mod tests {
 
     #[test]
     fn each_rule_names_its_field() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut SchemaSpec)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut SchemaSpec)>;
+        let cases: Vec<(&str, Mutation, &str)> = vec![
             (
                 "nullable key",
                 Box::new(|s| s.columns[0].nullable = true),
