@@ -45,6 +45,8 @@ fn main() {
     let plugins = root.join("plugins");
     watch(&plugins);
     watch(&root.join("wit"));
+    // The spec crate is shared with the guest side (plugins/spec).
+    watch(&root.join("crates/spec"));
     println!(
         "cargo:rerun-if-changed={}",
         root.join("rust-toolchain.toml").display()

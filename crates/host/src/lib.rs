@@ -7,7 +7,7 @@
 
 pub mod pipeline;
 pub mod plugin;
-pub mod spec;
+pub use lance_context_spec as spec;
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the
 /// built-in schemas, and the fixtures the tests load).

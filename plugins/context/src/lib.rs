@@ -229,7 +229,7 @@ impl Plugin for Context {
         Ok(declaration)
     }
 
-    fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+    fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
         require_non_empty(batch, &["id", "run_id"], errors);
         let strings = |name: &str| {
             batch

@@ -171,7 +171,7 @@ fn records(ids: &[&str], external: &[Option<&str>], content_types: &[Option<&str
 
 fn problems(batch: &RecordBatch) -> Vec<(u32, Option<String>, String)> {
     let mut errors = RowErrors::default();
-    Context::validate(batch, &mut errors);
+    Context::validate(batch, &CallInfo::default(), &mut errors);
     errors
         .into_vec()
         .into_iter()

@@ -123,7 +123,7 @@ impl Plugin for Datagen {
             .with_transform())
     }
 
-    fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+    fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
         validate_events(batch, errors);
     }
 

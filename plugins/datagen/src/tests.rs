@@ -248,7 +248,7 @@ fn good_stream() -> Vec<Event> {
 
 fn problems(events: &[Event]) -> Vec<(u32, Option<String>, String)> {
     let mut errors = RowErrors::default();
-    Datagen::validate(&batch(events), &mut errors);
+    Datagen::validate(&batch(events), &CallInfo::default(), &mut errors);
     errors
         .into_vec()
         .into_iter()

@@ -21,7 +21,7 @@ impl Plugin for Notes {
         Ok(Declaration::new("notes", "0.1.0", schema).with_vector("embedding", 4, Metric::Cosine))
     }
 
-    fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+    fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
         for row in rows_where_empty(batch, "text") {
             errors.push(row, Some("text"), "required", "text must not be empty");
         }

@@ -109,7 +109,7 @@ mod component {
             })
         }
 
-        fn validate(batch: Vec<u8>) -> Result<(), BatchError> {
+        fn validate(batch: Vec<u8>, _context: CallContext) -> Result<(), BatchError> {
             let (mode, _) = mode(batch)?;
             misbehave(&mode);
             Ok(())

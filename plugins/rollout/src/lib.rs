@@ -97,7 +97,7 @@ impl Plugin for Rollout {
         Ok(Declaration::new("rollout", VERSION, schema()).with_transform())
     }
 
-    fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+    fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
         require_non_empty(batch, &["id", "rollout_id"], errors);
         check_payload(batch, errors);
         check_relationships(batch, errors);

@@ -103,7 +103,7 @@ fn client_batch(ids: &[Option<&str>], rollouts: &[Option<&str>]) -> RecordBatch 
 
 fn errors_of(batch: &RecordBatch) -> Vec<RowError> {
     let mut errors = RowErrors::default();
-    Rollout::validate(batch, &mut errors);
+    Rollout::validate(batch, &CallInfo::default(), &mut errors);
     errors.into_vec()
 }
 
@@ -253,7 +253,7 @@ fn the_ipc_entry_points_round_trip_and_report_rows_across_batches() {
     let good = client_batch(&[Some("a")], &[Some("r")]);
     let bad = client_batch(&[Some("b"), None], &[Some("r"), Some("r")]);
     let bytes = ipc::encode(&[good.clone(), bad]).unwrap();
-    match run_validate::<Rollout>(bytes) {
+    match run_validate::<Rollout>(bytes, &CallInfo::default()) {
         Err(CallError::Rows(errors)) => {
             assert_eq!(errors.len(), 1);
             assert_eq!(errors[0].row, 2, "row numbers run across batches");
@@ -292,7 +292,7 @@ fn the_ipc_entry_points_round_trip_and_report_rows_across_batches() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        run_validate::<Rollout>(b"garbage".to_vec()),
+        run_validate::<Rollout>(b"garbage".to_vec(), &CallInfo::default()),
         Err(CallError::Malformed(_))
     ));
     assert!(Rollout::describe(&[("x".into(), "1".into())]).is_err());

@@ -78,8 +78,12 @@ pub fn describe<P: Plugin>(params: &[(String, String)]) -> Result<SchemaDecl, De
 }
 
 #[doc(hidden)]
-pub fn validate<P: Plugin>(batch: Vec<u8>) -> Result<(), BatchError> {
-    crate::run_validate::<P>(batch).map_err(batch_error)
+pub fn validate<P: Plugin>(batch: Vec<u8>, context: CallContext) -> Result<(), BatchError> {
+    let call = crate::CallInfo {
+        now_micros: context.now_micros,
+        params: context.params,
+    };
+    crate::run_validate::<P>(batch, &call).map_err(batch_error)
 }
 
 #[doc(hidden)]
@@ -105,8 +109,9 @@ macro_rules! export_plugin {
             }
             fn validate(
                 batch: ::std::vec::Vec<u8>,
+                context: $crate::bindings::CallContext,
             ) -> ::std::result::Result<(), $crate::bindings::BatchError> {
-                $crate::bindings::validate::<$plugin>(batch)
+                $crate::bindings::validate::<$plugin>(batch, context)
             }
             fn transform(
                 batch: ::std::vec::Vec<u8>,

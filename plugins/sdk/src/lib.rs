@@ -17,7 +17,7 @@
 //!             Field::new("text", DataType::Utf8, false),
 //!         ])))
 //!     }
-//!     fn validate(batch: &RecordBatch, errors: &mut RowErrors) {
+//!     fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
 //!         for row in rows_where_empty(batch, "text") {
 //!             errors.push(row, Some("text"), "required", "text must not be empty");
 //!         }
@@ -58,7 +58,8 @@ pub trait Plugin {
 
     /// Record every problem of `batch` in `errors` (row order). Columns the
     /// caller did not give are absent from `batch` (they count as null).
-    fn validate(batch: &RecordBatch, errors: &mut RowErrors);
+    /// `call` carries the host's clock and the store's parameters.
+    fn validate(batch: &RecordBatch, call: &CallInfo, errors: &mut RowErrors);
 
     /// Fill defaults or derive columns of a batch that passed `validate`.
     /// Only called when the declaration says `has_transform`.
@@ -79,7 +80,7 @@ pub trait Plugin {
     }
 }
 
-/// What the host tells a `transform` call.
+/// What the host tells a `validate` or `transform` call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CallInfo {
     /// The host's clock, microseconds since the Unix epoch (the sandbox has none).
@@ -88,20 +89,20 @@ pub struct CallInfo {
     pub params: Vec<(String, String)>,
 }
 
-fn check<P: Plugin>(batches: &[RecordBatch]) -> Result<(), CallError> {
+fn check<P: Plugin>(batches: &[RecordBatch], call: &CallInfo) -> Result<(), CallError> {
     let mut errors = RowErrors::default();
     let mut offset = 0;
     for batch in batches {
         errors.set_row_offset(offset);
-        P::validate(batch, &mut errors);
+        P::validate(batch, call, &mut errors);
         offset += batch.num_rows();
     }
     errors.into_result().map_err(CallError::Rows)
 }
 
 /// Run `validate` over IPC bytes as the host calls it.
-pub fn run_validate<P: Plugin>(bytes: Vec<u8>) -> Result<(), CallError> {
-    check::<P>(&ipc::decode(bytes).map_err(CallError::Malformed)?)
+pub fn run_validate<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<(), CallError> {
+    check::<P>(&ipc::decode(bytes).map_err(CallError::Malformed)?, call)
 }
 
 /// Run `transform` over IPC bytes as the host calls it: `validate` first (the
@@ -110,7 +111,7 @@ pub fn run_validate<P: Plugin>(bytes: Vec<u8>) -> Result<(), CallError> {
 /// output holds the derived columns only.
 pub fn run_transform<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<Vec<u8>, CallError> {
     let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
-    check::<P>(&batches)?;
+    check::<P>(&batches, call)?;
     let mut out: Vec<RecordBatch> = Vec::with_capacity(batches.len());
     let mut offset = 0;
     for batch in batches {

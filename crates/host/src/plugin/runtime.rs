@@ -593,7 +593,11 @@ impl LoadedPlugin {
             plugin: self.label.clone(),
             message,
         })?;
-        self.call(|p, s| p.call_validate(s, &bytes))?
+        let context = bindings::CallContext {
+            now_micros: now_micros(),
+            params: self.params.clone(),
+        };
+        self.call(|p, s| p.call_validate(s, &bytes, &context))?
             .map_err(|e| self.batch_error(e))
     }
 
@@ -757,6 +761,13 @@ fn assemble(
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// One allocation sized for the buffers, 8-byte padding.

@@ -1,3 +1,5 @@
+//! # lance-context-spec
+//!
 //! `SchemaSpec`: the one declaration every schema produces — a plugin's
 //! `describe`, or a declarative spec file run by the built-in `spec` plugin —
 //! and its rules.
@@ -5,7 +7,7 @@
 //! The rules are checked when a plugin loads and when a store is created, and
 //! every problem is reported (one [`SpecProblem`] each, naming the field), not
 //! just the first. A spec is immutable once a store is created from it
-//! (reopening with a different spec is an error, see [`crate::registry`]).
+//! (reopening with a different spec is an error: the host's registry).
 //!
 //! # The JSON form
 //! The registry records a spec, and users write one for a store without a
@@ -38,8 +40,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use lance_context_store::PRIMARY_KEY_METADATA;
 use serde::{Deserialize, Serialize};
+
+/// The field-metadata tag marking the key column (Lance's unenforced primary
+/// key; the MemWAL merges on it).
+pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
 
 /// The reserved tombstone content type: no value of any column may be it.
 pub const TOMBSTONE_CONTENT_TYPE: &str = "application/vnd.lance-context.tombstone";
@@ -177,12 +182,31 @@ impl std::fmt::Display for SpecProblem {
 }
 
 /// Every problem found, in spec order.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} problem(s) in schema '{name}': {}", problems.len(), problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecErrors {
     pub name: String,
     pub problems: Vec<SpecProblem>,
 }
+
+impl std::fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} problem(s) in schema '{}': ",
+            self.problems.len(),
+            self.name
+        )?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for SpecErrors {}
 
 /// The capabilities a spec may declare.
 pub const CAPABILITIES: &[&str] = &[

@@ -1,0 +1,312 @@
+//! The built-in generic schema plugin: stores declared by a `SchemaSpec` file
+//! (JSON, see `lance-context-spec`) instead of code. The spec arrives as the
+//! creation parameter `spec` (its JSON text); `describe` checks it with the
+//! same rules as the host and declares its schema, key, vectors, blob columns,
+//! secondary key and capabilities.
+//!
+//! validate, per row and column: non-null columns present (`required`), and
+//! each column's rules — `non_empty`, `one_of`, `max_length` for strings,
+//! `min` / `max` for numbers (`rule` errors naming the rule). Types are the
+//! host's to check (input matched by name and type before the plugin runs).
+//! No transform.
+
+use lance_context_plugin::arrow_array::cast::AsArray;
+use lance_context_plugin::arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use lance_context_plugin::*;
+use lance_context_spec::{KeyRule, SchemaSpec};
+
+/// Plugin version.
+pub const VERSION: &str = "0.1.0";
+
+/// The spec from the creation parameters.
+pub fn spec_from(params: &Params) -> Result<SchemaSpec, String> {
+    let mut spec = None;
+    for (name, value) in params {
+        match name.as_str() {
+            "spec" => spec = Some(value),
+            other => {
+                return Err(format!(
+                    "unknown parameter '{other}' (the spec plugin takes 'spec', the SchemaSpec as JSON)"
+                ));
+            }
+        }
+    }
+    let text = spec.ok_or("the parameter 'spec' (the SchemaSpec as JSON) is required")?;
+    SchemaSpec::from_json(text).map_err(|e| e.to_string())
+}
+
+/// The spec plugin.
+pub struct SpecPlugin;
+
+impl Plugin for SpecPlugin {
+    fn describe(params: &Params) -> Result<Declaration, String> {
+        let spec = spec_from(params)?;
+        let schema = spec.check(KeyRule::IdOnly).map_err(|e| e.to_string())?;
+        let mut d =
+            Declaration::new(&spec.name, VERSION, schema.as_ref().clone()).with_key(&spec.key);
+        for b in &spec.blob_columns {
+            d = d.with_blob(b);
+        }
+        for v in &spec.vectors {
+            let metric = match v.metric.as_str() {
+                "l2" => Metric::L2,
+                "cosine" => Metric::Cosine,
+                _ => Metric::Dot,
+            };
+            d = d.with_vector(&v.column, v.dimension as u32, metric);
+        }
+        d.secondary_key = spec.secondary_key.clone();
+        d.capabilities = Capabilities {
+            tombstones: spec.has("tombstones"),
+            supersession: spec.has("supersession"),
+            lifecycle: spec.has("lifecycle"),
+            unique_secondary_key: spec.has("unique_secondary_key"),
+        };
+        Ok(d)
+    }
+
+    fn validate(batch: &RecordBatch, call: &CallInfo, errors: &mut RowErrors) {
+        match spec_from(&call.params) {
+            Ok(spec) => check(&spec, batch, errors),
+            // describe refused these parameters already; not reached for a
+            // loaded plugin.
+            Err(message) => errors.push(0, None, "params", message),
+        }
+    }
+}
+
+/// Check a batch against a spec's nullability and value rules.
+pub fn check(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors) {
+    for column in &spec.columns {
+        let array = batch.column_by_name(&column.name);
+        if !column.nullable {
+            match array {
+                None => {
+                    for row in 0..batch.num_rows() {
+                        errors.push(
+                            row,
+                            Some(&column.name),
+                            "required",
+                            format!("{} is required", column.name),
+                        );
+                    }
+                }
+                Some(a) => {
+                    for row in (0..a.len()).filter(|&r| a.is_null(r)) {
+                        errors.push(
+                            row,
+                            Some(&column.name),
+                            "required",
+                            format!("{} is required", column.name),
+                        );
+                    }
+                }
+            }
+        }
+        let Some(array) = array else { continue };
+        let rules = &column.rules;
+        let name = column.name.as_str();
+        match array.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 => {
+                let values: Vec<Option<&str>> = match array.data_type() {
+                    DataType::Utf8 => array.as_string::<i32>().iter().collect(),
+                    _ => array.as_string::<i64>().iter().collect(),
+                };
+                for (row, v) in values.into_iter().enumerate() {
+                    let Some(v) = v else { continue };
+                    if rules.non_empty && v.is_empty() {
+                        errors.push(
+                            row,
+                            Some(name),
+                            "non_empty",
+                            format!("{name} must not be empty"),
+                        );
+                    }
+                    if let Some(max) = rules.max_length
+                        && v.chars().count() as u64 > max
+                    {
+                        errors.push(
+                            row,
+                            Some(name),
+                            "max_length",
+                            format!("{name} is longer than {max} characters"),
+                        );
+                    }
+                    if let Some(allowed) = &rules.one_of
+                        && !allowed.iter().any(|a| a == v)
+                    {
+                        errors.push(
+                            row,
+                            Some(name),
+                            "one_of",
+                            format!("{name} must be one of {}, got '{v}'", allowed.join(", ")),
+                        );
+                    }
+                }
+            }
+            t if t.is_numeric() && (rules.min.is_some() || rules.max.is_some()) => {
+                let Some(values) = as_f64(array) else {
+                    continue;
+                };
+                for (row, v) in values.into_iter().enumerate() {
+                    let Some(v) = v else { continue };
+                    if let Some(min) = rules.min
+                        && v < min
+                    {
+                        errors.push(
+                            row,
+                            Some(name),
+                            "min",
+                            format!("{name} must be at least {min}, got {v}"),
+                        );
+                    }
+                    if let Some(max) = rules.max
+                        && v > max
+                    {
+                        errors.push(
+                            row,
+                            Some(name),
+                            "max",
+                            format!("{name} must be at most {max}, got {v}"),
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn as_f64(array: &ArrayRef) -> Option<Vec<Option<f64>>> {
+    macro_rules! prim {
+        ($t:ty) => {
+            array
+                .as_primitive::<$t>()
+                .iter()
+                .map(|v| v.map(|v| v as f64))
+                .collect()
+        };
+    }
+    Some(match array.data_type() {
+        DataType::Int8 => prim!(Int8Type),
+        DataType::Int16 => prim!(Int16Type),
+        DataType::Int32 => prim!(Int32Type),
+        DataType::Int64 => prim!(Int64Type),
+        DataType::UInt8 => prim!(UInt8Type),
+        DataType::UInt16 => prim!(UInt16Type),
+        DataType::UInt32 => prim!(UInt32Type),
+        DataType::UInt64 => prim!(UInt64Type),
+        DataType::Float32 => prim!(Float32Type),
+        DataType::Float64 => prim!(Float64Type),
+        _ => return None,
+    })
+}
+
+#[cfg(target_arch = "wasm32")]
+export_plugin!(SpecPlugin);
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use lance_context_plugin::arrow_array::{Int32Array, StringArray};
+
+    use super::*;
+
+    const SPEC: &str = r#"{
+      "name": "tickets",
+      "key": "id",
+      "columns": [
+        {"name": "id", "type": "Utf8", "nullable": false},
+        {"name": "title", "type": "Utf8", "nullable": false, "rules": {"non_empty": true, "max_length": 5}},
+        {"name": "state", "type": "Utf8", "rules": {"one_of": ["open", "closed"]}},
+        {"name": "priority", "type": "Int32", "rules": {"min": 1, "max": 3}}
+      ]
+    }"#;
+
+    fn params() -> Vec<(String, String)> {
+        vec![("spec".into(), SPEC.into())]
+    }
+
+    #[test]
+    fn describe_declares_the_spec() {
+        let d = SpecPlugin::describe(&params()).unwrap();
+        assert_eq!(d.name, "tickets");
+        assert_eq!(d.schema.fields().len(), 4);
+        assert!(!d.has_transform);
+        assert!(SpecPlugin::describe(&[]).unwrap_err().contains("'spec'"));
+        assert!(
+            SpecPlugin::describe(&[("x".into(), "1".into())])
+                .unwrap_err()
+                .contains("unknown parameter 'x'")
+        );
+        let bad = SPEC.replace("\"Int32\"", "\"Int33\"");
+        let err = SpecPlugin::describe(&[("spec".into(), bad)]).unwrap_err();
+        assert!(err.contains("columns[3].type"), "{err}");
+    }
+
+    #[test]
+    fn every_rule_is_checked_by_row_and_column() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("title", DataType::Utf8, true),
+            Field::new("state", DataType::Utf8, true),
+            Field::new("priority", DataType::Int32, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    Some("b"),
+                    None,
+                    Some("d"),
+                ])),
+                Arc::new(StringArray::from(vec![
+                    Some("ok"),
+                    Some(""),
+                    Some("ok"),
+                    Some("toolong"),
+                ])),
+                Arc::new(StringArray::from(vec![
+                    Some("open"),
+                    None,
+                    Some("gone"),
+                    Some("closed"),
+                ])),
+                Arc::new(Int32Array::from(vec![Some(1), Some(9), None, Some(0)])),
+            ],
+        )
+        .unwrap();
+        let mut errors = RowErrors::default();
+        let call = CallInfo {
+            now_micros: 0,
+            params: params(),
+        };
+        SpecPlugin::validate(&batch, &call, &mut errors);
+        let got: Vec<(u32, Option<String>, String)> = errors
+            .into_vec()
+            .into_iter()
+            .map(|e| (e.row, e.column, e.code))
+            .collect();
+        let want = [
+            (1, "title", "non_empty"),
+            (1, "priority", "max"),
+            (2, "id", "required"),
+            (2, "state", "one_of"),
+            (3, "title", "max_length"),
+            (3, "priority", "min"),
+        ];
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        let mut want: Vec<(u32, Option<String>, String)> = want
+            .iter()
+            .map(|(r, c, k)| (*r, Some(c.to_string()), k.to_string()))
+            .collect();
+        want.sort();
+        assert_eq!(got_sorted, want);
+    }
+}
