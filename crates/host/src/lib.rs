@@ -2,11 +2,13 @@
 //!
 //! The host around the storage engine: the sandboxed schema-plugin runtime
 //! ([`plugin`]), the schema declaration every plugin produces and its rules
-//! ([`spec`]), the add pipeline through a plugin ([`pipeline`]), and the
+//! ([`spec`]), the catalogue of stores by name ([`registry`]), the add
+//! pipeline through a plugin ([`pipeline`]), and the
 //! `lance-context` CLI (the binary).
 
 pub mod pipeline;
 pub mod plugin;
+pub mod registry;
 pub use lance_context_spec as spec;
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the

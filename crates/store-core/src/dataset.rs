@@ -15,7 +15,7 @@ use lance::Dataset;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::mem_wal::DatasetMemWalExt;
 use lance::dataset::{WriteMode, WriteParams};
-use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+use lance::io::{ObjectStore, ObjectStoreParams, ObjectStoreRegistry, StorageOptionsAccessor};
 
 use crate::error::{Error, LanceResultExt, Result};
 
@@ -114,6 +114,22 @@ impl Opener {
             .load()
             .await
             .map_err(|e| Error::from_lance(format!("opening WAL generation {uri}"), None, e))
+    }
+
+    /// Delete everything under the URI: every version, index, WAL shard and
+    /// generation. Irreversible.
+    pub async fn remove(&self) -> Result<()> {
+        let (store, path) = ObjectStore::from_uri_and_params(
+            Arc::new(ObjectStoreRegistry::default()),
+            &self.uri,
+            &self.store_params(),
+        )
+        .await
+        .ctx("resolving the dataset's object store")?;
+        store
+            .remove_dir_all(path)
+            .await
+            .map_err(|e| Error::from_lance(format!("removing {}", self.uri), None, e))
     }
 
     /// Create an empty dataset with `schema` and initialise its MemWAL.

@@ -98,6 +98,15 @@ impl Store {
         Self::start(config, opener, dataset, false).await
     }
 
+    /// Delete the dataset at `config.uri` — every version, index and WAL
+    /// shard — with `config`'s storage options. Irreversible; close every
+    /// store open on it first. Deleting nothing is not an error.
+    pub async fn destroy(config: &StoreConfig) -> Result<()> {
+        Opener::new(&config.uri, &config.storage_options)
+            .remove()
+            .await
+    }
+
     /// Open the dataset, creating it first when it does not exist.
     pub async fn open_or_create(config: StoreConfig) -> Result<Self> {
         match Self::open(config.clone()).await {

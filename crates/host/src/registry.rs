@@ -1,0 +1,689 @@
+//! The registry: a durable catalogue of stores under a data root.
+//!
+//! ```text
+//! <root>/registry/stores/<name>.json      one entry per store
+//! <root>/registry/plugins/<sha256>.wasm   the plugin bytes each store pins
+//! <root>/stores/<name>/                   a store's data, unless created with a uri
+//! ```
+//!
+//! An entry records the store's name, uri, the *keys* of its storage options
+//! (never their values: pass the options again on open), the plugin's name,
+//! version and sha256, the [`SchemaSpec`] it declared, the creation parameters
+//! and when it was created. The plugin bytes are kept in the data root by hash,
+//! so a store is self-contained: it reopens on any machine from the root alone.
+//!
+//! - **Create** claims the name first (an exclusive create of the entry file:
+//!   of concurrent creates of one name exactly one wins, the others get
+//!   [`RegistryError::AlreadyExists`]), then stores the plugin bytes, creates
+//!   the dataset, and marks the entry ready. A failed create removes its claim.
+//! - **Open** re-reads the pinned plugin bytes and refuses them if their hash
+//!   is not the pinned one ([`RegistryError::PluginTampered`]); re-runs
+//!   `describe` with the recorded parameters and refuses a spec that differs
+//!   from the recorded one ([`RegistryError::SpecChanged`]: specs are immutable
+//!   in v1; there is no upgrade path yet).
+//! - **Drop** deletes the data (every version, WAL shard and index), the entry,
+//!   and the plugin bytes when no other store pins them, and reports each.
+//!
+//! The catalogue lives in a local directory; a store's data may be anywhere
+//! Lance can write (a local path, `s3://…`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lance_context_store::{
+    IndexSettings, Metric, Store, StoreConfig, VectorColumn, VectorIndexKind,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime};
+use crate::spec::{KeyRule, SchemaSpec, SpecErrors};
+
+/// Names the registry keeps for itself.
+pub const RESERVED_NAMES: &[&str] = &["_registry", "_stats"];
+
+/// The built-in schemas, by name (`spec` is the generic declarative one).
+pub const BUILTIN_PLUGINS: &[&str] = &["rollout", "context", "datagen"];
+
+/// Why a registry operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The store name breaks the naming rules.
+    #[error("invalid store name '{name}': {reason}")]
+    InvalidName { name: String, reason: String },
+    /// A store of that name exists (or is being created).
+    #[error("store '{name}' already exists")]
+    AlreadyExists { name: String },
+    /// No store of that name.
+    #[error("no store named '{name}'")]
+    NotFound { name: String },
+    /// The entry was claimed by a create that did not finish (it failed or is
+    /// still running). Drop it to free the name.
+    #[error(
+        "store '{name}' was not fully created (a create failed or is running); drop it to free the name"
+    )]
+    Incomplete { name: String },
+    /// The schema breaks the spec rules (every problem found).
+    #[error(transparent)]
+    Spec(#[from] SpecErrors),
+    /// The plugin failed to load, declare or run.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The plugin source is not one the registry knows.
+    #[error("unknown built-in plugin '{name}' (built-ins: {})", BUILTIN_PLUGINS.join(", "))]
+    UnknownPlugin { name: String },
+    /// The stored plugin bytes do not hash to the pinned sha256.
+    #[error(
+        "store '{name}': the plugin file {path} has sha256 {found}, but the store pins {expected}; refusing to load it"
+    )]
+    PluginTampered {
+        name: String,
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// The pinned plugin bytes are gone.
+    #[error("store '{name}': the pinned plugin file {path} is missing")]
+    PluginMissing { name: String, path: PathBuf },
+    /// The plugin now declares a different spec than the store was created with.
+    #[error(
+        "store '{name}': the plugin declares a different schema than the store was created with: {message}"
+    )]
+    SpecChanged { name: String, message: String },
+    /// Storage options the store was created with were not given.
+    #[error(
+        "store '{name}' was created with storage options {keys:?}; pass them to open it (values are never recorded)"
+    )]
+    MissingStorageOptions { name: String, keys: Vec<String> },
+    /// The storage engine failed.
+    #[error(transparent)]
+    Store(#[from] lance_context_store::Error),
+    /// A file of the catalogue could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An entry does not parse.
+    #[error("{path}: corrupt registry entry: {message}")]
+    Corrupt { path: PathBuf, message: String },
+}
+
+type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+/// Where a store's schema comes from.
+#[derive(Debug, Clone)]
+pub enum SchemaSource {
+    /// A built-in plugin: `rollout`, `context` or `datagen`.
+    Builtin(String),
+    /// A compiled plugin (`.wasm` component bytes; the label names it in errors).
+    Plugin { label: String, bytes: Vec<u8> },
+    /// A declarative spec, run by the built-in generic `spec` plugin.
+    Spec(SchemaSpec),
+}
+
+/// How to create a store.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub source: SchemaSource,
+    /// Creation parameters given to the plugin's `describe` (not for `Spec`).
+    pub params: Vec<(String, String)>,
+    /// Where the data goes; default `<root>/stores/<name>`.
+    pub uri: Option<String>,
+    /// Object-store options; only their keys are recorded.
+    pub storage_options: HashMap<String, String>,
+}
+
+impl CreateOptions {
+    /// Options for `source` with no parameters, default location, no storage options.
+    pub fn new(source: SchemaSource) -> Self {
+        Self {
+            source,
+            params: Vec::new(),
+            uri: None,
+            storage_options: HashMap::new(),
+        }
+    }
+}
+
+/// A catalogue entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreEntry {
+    pub name: String,
+    /// `creating` until the dataset exists, then `ready`.
+    pub state: EntryState,
+    pub uri: String,
+    /// Keys of the storage options the store was created with.
+    pub storage_option_keys: Vec<String>,
+    pub plugin: PluginPin,
+    pub spec: SchemaSpec,
+    pub params: Vec<(String, String)>,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+/// A catalogue entry's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryState {
+    Creating,
+    Ready,
+}
+
+/// The plugin a store pins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginPin {
+    /// The name its declaration gives.
+    pub name: String,
+    pub version: String,
+    /// Hex sha256 of the component bytes (also their file name in the root).
+    pub sha256: String,
+    /// `builtin:<name>`, `spec`, or `file:<label>`.
+    pub source: String,
+}
+
+/// What [`Registry::drop_store`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropReport {
+    pub name: String,
+    /// The data location deleted.
+    pub uri: String,
+    /// The entry file deleted.
+    pub entry: PathBuf,
+    /// The plugin file deleted (no other store pinned it), if any.
+    pub plugin_file: Option<PathBuf>,
+}
+
+/// A store opened by name: its entry, its plugin and the engine.
+#[derive(Debug)]
+pub struct NamedStore {
+    pub entry: StoreEntry,
+    pub plugin: LoadedPlugin,
+    pub store: Store,
+}
+
+/// The registry under one data root.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    root: PathBuf,
+    runtime: Arc<PluginRuntime>,
+}
+
+/// Check a store name: 1–128 ASCII chars, `[A-Za-z0-9_][A-Za-z0-9._-]*`, not reserved.
+pub fn check_name(name: &str) -> Result<()> {
+    let invalid = |reason: &str| RegistryError::InvalidName {
+        name: name.to_string(),
+        reason: reason.to_string(),
+    };
+    if name.is_empty() || name.len() > 128 {
+        return Err(invalid("a name is 1 to 128 characters"));
+    }
+    let mut chars = name.chars();
+    let first = chars.next().expect("not empty");
+    if !(first.is_ascii_alphanumeric() || first == '_') {
+        return Err(invalid("a name starts with a letter, digit or '_'"));
+    }
+    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))) {
+        return Err(invalid(&format!(
+            "'{c}' is not allowed (letters, digits, '_', '.', '-')"
+        )));
+    }
+    if RESERVED_NAMES.contains(&name) {
+        return Err(invalid("the name is reserved"));
+    }
+    Ok(())
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegistryError + '_ {
+    move |source| RegistryError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Write `bytes` to `path` atomically (a temporary file, then rename).
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", uuid_like()));
+    let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    file.write_all(bytes).map_err(io(&tmp))?;
+    file.sync_all().map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+fn uuid_like() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    )
+}
+
+impl Registry {
+    /// The registry under `root` (created when absent), loading plugins with
+    /// `runtime`.
+    pub fn at(root: impl Into<PathBuf>, runtime: Arc<PluginRuntime>) -> Result<Self> {
+        let root = root.into();
+        for dir in [root.join("registry/stores"), root.join("registry/plugins")] {
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        }
+        Ok(Self { root, runtime })
+    }
+
+    /// The data root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn entry_path(&self, name: &str) -> PathBuf {
+        self.root.join(format!("registry/stores/{name}.json"))
+    }
+
+    fn plugin_path(&self, sha256: &str) -> PathBuf {
+        self.root.join(format!("registry/plugins/{sha256}.wasm"))
+    }
+
+    /// Create a store: check the name and the schema (every problem), claim
+    /// the name, pin the plugin, create the dataset. Returns it opened.
+    pub async fn create(&self, name: &str, options: CreateOptions) -> Result<NamedStore> {
+        check_name(name)?;
+        let (bytes, params, source, key_rule) = match &options.source {
+            SchemaSource::Builtin(plugin) => {
+                if !BUILTIN_PLUGINS.contains(&plugin.as_str()) {
+                    return Err(RegistryError::UnknownPlugin {
+                        name: plugin.clone(),
+                    });
+                }
+                let path = crate::built_plugin(plugin);
+                let bytes = std::fs::read(&path).map_err(io(&path))?;
+                (
+                    bytes,
+                    options.params.clone(),
+                    format!("builtin:{plugin}"),
+                    KeyRule::Builtin,
+                )
+            }
+            SchemaSource::Plugin { label, bytes } => (
+                bytes.clone(),
+                options.params.clone(),
+                format!("file:{label}"),
+                KeyRule::IdOnly,
+            ),
+            SchemaSource::Spec(spec) => {
+                // Every problem, with field names, before anything runs.
+                spec.check(KeyRule::IdOnly)?;
+                if let Some((param, _)) = options.params.first() {
+                    return Err(PluginError::InvalidParams {
+                        plugin: "spec".into(),
+                        message: format!(
+                            "a store from a spec takes no parameters (got '{param}'); put everything in the spec"
+                        ),
+                    }
+                    .into());
+                }
+                let path = crate::built_plugin("spec-plugin");
+                let bytes = std::fs::read(&path).map_err(io(&path))?;
+                (
+                    bytes,
+                    vec![("spec".to_string(), spec.to_json())],
+                    "spec".to_string(),
+                    KeyRule::IdOnly,
+                )
+            }
+        };
+        let label = match &options.source {
+            SchemaSource::Plugin { label, .. } => label.clone(),
+            SchemaSource::Builtin(plugin) => plugin.clone(),
+            SchemaSource::Spec(spec) => spec.name.clone(),
+        };
+        let plugin = self.runtime.load(&label, &bytes, params.clone())?;
+        let declared = plugin.declaration().clone();
+        // Plugins are loaded under the built-in key rule; user schemas key by `id`.
+        declared.spec.check(key_rule)?;
+
+        let uri = options.uri.clone().unwrap_or_else(|| {
+            self.root
+                .join("stores")
+                .join(name)
+                .to_string_lossy()
+                .into_owned()
+        });
+        let mut keys: Vec<String> = options.storage_options.keys().cloned().collect();
+        keys.sort();
+        let mut entry = StoreEntry {
+            name: name.to_string(),
+            state: EntryState::Creating,
+            uri,
+            storage_option_keys: keys,
+            plugin: PluginPin {
+                name: declared.name.clone(),
+                version: declared.version.clone(),
+                sha256: declared.sha256.clone(),
+                source,
+            },
+            spec: declared.spec.clone(),
+            params,
+            created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        };
+
+        // Claim the name: exactly one concurrent create wins.
+        let path = self.entry_path(name);
+        let claim = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        match claim {
+            Ok(mut file) => {
+                let json = serde_json::to_vec_pretty(&entry).expect("an entry serializes");
+                file.write_all(&json)
+                    .and_then(|()| file.sync_all())
+                    .map_err(io(&path))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(RegistryError::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            Err(e) => return Err(io(&path)(e)),
+        }
+
+        let created = async {
+            self.pin_plugin(name, &declared.sha256, &bytes)?;
+            let config = store_config(&entry, &plugin, &options.storage_options);
+            Ok::<_, RegistryError>(Store::create(config).await?)
+        }
+        .await;
+        match created {
+            Ok(store) => {
+                entry.state = EntryState::Ready;
+                write_atomic(
+                    &path,
+                    &serde_json::to_vec_pretty(&entry).expect("an entry serializes"),
+                )?;
+                Ok(NamedStore {
+                    entry,
+                    plugin,
+                    store,
+                })
+            }
+            Err(e) => {
+                // Free the name; the dataset (if any) was not created by us
+                // when the error is AlreadyExists, so it is left alone.
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Keep the plugin bytes under their hash (an existing file must hash right).
+    fn pin_plugin(&self, name: &str, sha256: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.plugin_path(sha256);
+        match std::fs::read(&path) {
+            Ok(existing) => {
+                let found = sha256_hex(&existing);
+                if found != sha256 {
+                    return Err(RegistryError::PluginTampered {
+                        name: name.to_string(),
+                        path,
+                        expected: sha256.to_string(),
+                        found,
+                    });
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_atomic(&path, bytes),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// The entry of `name`.
+    pub fn describe(&self, name: &str) -> Result<StoreEntry> {
+        check_name(name)?;
+        let path = self.entry_path(name);
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RegistryError::NotFound {
+                    name: name.to_string(),
+                });
+            }
+            Err(e) => return Err(io(&path)(e)),
+        };
+        serde_json::from_slice(&text).map_err(|e| RegistryError::Corrupt {
+            path,
+            message: e.to_string(),
+        })
+    }
+
+    /// Every entry, by name.
+    pub fn list(&self) -> Result<Vec<StoreEntry>> {
+        let dir = self.root.join("registry/stores");
+        let mut names = BTreeSet::new();
+        for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let item = item.map_err(io(&dir))?;
+            let file = item.file_name().to_string_lossy().into_owned();
+            if let Some(name) = file.strip_suffix(".json")
+                && check_name(name).is_ok()
+            {
+                names.insert(name.to_string());
+            }
+        }
+        names.iter().map(|n| self.describe(n)).collect()
+    }
+
+    /// Load the plugin a store pins, checking its hash and its spec.
+    pub fn plugin(&self, entry: &StoreEntry) -> Result<LoadedPlugin> {
+        let path = self.plugin_path(&entry.plugin.sha256);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RegistryError::PluginMissing {
+                    name: entry.name.clone(),
+                    path,
+                });
+            }
+            Err(e) => return Err(io(&path)(e)),
+        };
+        let found = sha256_hex(&bytes);
+        if found != entry.plugin.sha256 {
+            return Err(RegistryError::PluginTampered {
+                name: entry.name.clone(),
+                path,
+                expected: entry.plugin.sha256.clone(),
+                found,
+            });
+        }
+        let plugin = self
+            .runtime
+            .load(&entry.plugin.name, &bytes, entry.params.clone())?;
+        let declared = &plugin.declaration().spec;
+        if declared != &entry.spec {
+            return Err(RegistryError::SpecChanged {
+                name: entry.name.clone(),
+                message: spec_difference(&entry.spec, declared),
+            });
+        }
+        Ok(plugin)
+    }
+
+    /// Open a store by name with its writer (see [`Registry::open_with`]).
+    pub async fn open(
+        &self,
+        name: &str,
+        storage_options: &HashMap<String, String>,
+    ) -> Result<NamedStore> {
+        self.open_with(name, storage_options, false, |c| c).await
+    }
+
+    /// Open a store by name: entry, pinned plugin (hash and spec checked),
+    /// then the dataset with the recorded uri and schema. `read_only` opens no
+    /// writer; `tune` adjusts the engine config (maintenance, instance id, …).
+    pub async fn open_with(
+        &self,
+        name: &str,
+        storage_options: &HashMap<String, String>,
+        read_only: bool,
+        tune: impl FnOnce(StoreConfig) -> StoreConfig,
+    ) -> Result<NamedStore> {
+        let entry = self.describe(name)?;
+        if entry.state != EntryState::Ready {
+            return Err(RegistryError::Incomplete {
+                name: name.to_string(),
+            });
+        }
+        let missing: Vec<String> = entry
+            .storage_option_keys
+            .iter()
+            .filter(|k| !storage_options.contains_key(*k))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(RegistryError::MissingStorageOptions {
+                name: name.to_string(),
+                keys: missing,
+            });
+        }
+        let plugin = self.plugin(&entry)?;
+        let config = tune(store_config(&entry, &plugin, storage_options));
+        let store = if read_only {
+            Store::open_read_only(config).await?
+        } else {
+            Store::open(config).await?
+        };
+        Ok(NamedStore {
+            entry,
+            plugin,
+            store,
+        })
+    }
+
+    /// Drop a store: its data, its entry, and its plugin file when no other
+    /// store pins it. Close the store everywhere first.
+    pub async fn drop_store(
+        &self,
+        name: &str,
+        storage_options: &HashMap<String, String>,
+    ) -> Result<DropReport> {
+        let entry = self.describe(name)?;
+        let mut config = StoreConfig::new(&entry.uri);
+        config.storage_options = storage_options.clone();
+        Store::destroy(&config).await?;
+        let path = self.entry_path(name);
+        std::fs::remove_file(&path).map_err(io(&path))?;
+        let still_pinned = self
+            .list()?
+            .iter()
+            .any(|e| e.plugin.sha256 == entry.plugin.sha256);
+        let plugin_file = if still_pinned {
+            None
+        } else {
+            let plugin = self.plugin_path(&entry.plugin.sha256);
+            match std::fs::remove_file(&plugin) {
+                Ok(()) => Some(plugin),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io(&plugin)(e)),
+            }
+        };
+        Ok(DropReport {
+            name: name.to_string(),
+            uri: entry.uri,
+            entry: path,
+            plugin_file,
+        })
+    }
+}
+
+/// The engine config of a store: uri, the declared schema and key, vector
+/// columns, the storage options given.
+pub fn store_config(
+    entry: &StoreEntry,
+    plugin: &LoadedPlugin,
+    storage_options: &HashMap<String, String>,
+) -> StoreConfig {
+    let spec = &plugin.declaration().spec;
+    let vector_columns = spec
+        .vectors
+        .iter()
+        .map(|v| VectorColumn {
+            column: v.column.clone(),
+            dimension: v.dimension as usize,
+            metric: match v.metric.as_str() {
+                "cosine" => Metric::Cosine,
+                "dot" => Metric::Dot,
+                _ => Metric::L2,
+            },
+            kind: VectorIndexKind::IvfPq,
+        })
+        .collect();
+    StoreConfig::new(&entry.uri)
+        .with_schema(plugin.declaration().schema.clone())
+        .with_key_column(&spec.key)
+        .with_storage_options(storage_options.clone())
+        .with_indexes(IndexSettings {
+            vector_columns,
+            ..IndexSettings::default()
+        })
+}
+
+/// Where two specs first differ, for [`RegistryError::SpecChanged`].
+fn spec_difference(recorded: &SchemaSpec, now: &SchemaSpec) -> String {
+    if recorded.key != now.key {
+        return format!("key '{}' is now '{}'", recorded.key, now.key);
+    }
+    for (a, b) in recorded.columns.iter().zip(&now.columns) {
+        if a != b {
+            return format!(
+                "column '{}' ({}, nullable {}) is now '{}' ({}, nullable {})",
+                a.name, a.data_type, a.nullable, b.name, b.data_type, b.nullable
+            );
+        }
+    }
+    if recorded.columns.len() != now.columns.len() {
+        return format!(
+            "{} columns are now {}",
+            recorded.columns.len(),
+            now.columns.len()
+        );
+    }
+    "blob columns, vectors, secondary key or capabilities differ".to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rules() {
+        for good in ["a", "A_1", "_x", "0.b-c", &"n".repeat(128)] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            &"n".repeat(129),
+            "-a",
+            ".a",
+            "a/b",
+            "a b",
+            "é",
+            "_registry",
+            "_stats",
+        ] {
+            assert!(
+                matches!(check_name(bad), Err(RegistryError::InvalidName { .. })),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The registry: stores created by name from a built-in plugin, a compiled
+//! custom plugin or a declarative spec file, reopened after a restart, refused
+//! when their plugin file is tampered with or their spec changes, created
+//! concurrently, dropped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
+use lance_context_host::pipeline::{self, PipelineError};
+use lance_context_host::plugin::{PluginError, PluginLimits, PluginRuntime};
+use lance_context_host::registry::{
+    CreateOptions, EntryState, NamedStore, Registry, RegistryError, SchemaSource,
+};
+use lance_context_host::spec::SchemaSpec;
+
+const NOTES_SPEC: &str = r#"{
+  "name": "tickets",
+  "key": "id",
+  "columns": [
+    {"name": "id", "type": "Utf8", "nullable": false},
+    {"name": "title", "type": "Utf8", "nullable": false, "rules": {"non_empty": true}},
+    {"name": "state", "type": "Utf8", "rules": {"one_of": ["open", "closed"]}},
+    {"name": "priority", "type": "Int32", "rules": {"min": 1, "max": 3}},
+    {"name": "tags", "type": "List(Utf8)"},
+    {"name": "embedding", "type": "FixedSizeList(2 x Float32)"}
+  ],
+  "vectors": [{"column": "embedding", "dimension": 2, "metric": "l2"}]
+}"#;
+
+fn registry(root: &std::path::Path) -> Registry {
+    let runtime = Arc::new(PluginRuntime::new(PluginLimits::default(), None).unwrap());
+    Registry::at(root, runtime).unwrap()
+}
+
+fn no_options() -> HashMap<String, String> {
+    HashMap::new()
+}
+
+async fn add_json(named: &NamedStore, lines: &str) -> Result<(), PipelineError> {
+    let batch = pipeline::rows_from_json(&named.plugin, lines.as_bytes())?;
+    pipeline::add(&named.plugin, &named.store, &batch, 1).await?;
+    Ok(())
+}
+
+fn int(batch: &arrow_array::RecordBatch, column: &str) -> i32 {
+    batch
+        .column_by_name(column)
+        .unwrap()
+        .as_primitive::<Int32Type>()
+        .value(0)
+}
+
+/// add (rules enforced, nothing written from a rejected batch) → merge →
+/// compaction → get, for a store created by name.
+async fn exercise(named: &NamedStore, row: impl Fn(usize, i32) -> String) {
+    for round in 0..3 {
+        let lines: Vec<String> = (0..4)
+            .map(|i| row(round * 4 + i, 1 + i as i32 % 3))
+            .collect();
+        add_json(named, &lines.join("\n")).await.unwrap();
+        named.store.merge().await.unwrap();
+    }
+    // A batch with one bad row is refused whole, naming row and column.
+    let bad = [row(100, 2), row(101, 9)].join("\n");
+    let err = add_json(named, &bad).await.unwrap_err();
+    let PipelineError::Plugin(PluginError::Rejected { errors, .. }) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        (errors[0].row, errors[0].column.as_deref()),
+        (1, Some("priority")),
+        "{err}"
+    );
+    assert!(named.store.get("n100").await.unwrap().is_none());
+    named.store.compact().await.unwrap();
+    let got = named.store.get("n6").await.unwrap().expect("n6");
+    assert_eq!(int(&got, "priority"), 3);
+    assert_eq!(named.store.count(None).await.unwrap(), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_file_store_and_a_custom_plugin_store_work_like_builtins_and_reopen_by_name() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+
+    // A store from a declarative spec (no plugin of the user's own).
+    let spec = SchemaSpec::from_json(NOTES_SPEC).unwrap();
+    let tickets = reg
+        .create("tickets", CreateOptions::new(SchemaSource::Spec(spec)))
+        .await
+        .unwrap();
+    assert_eq!(tickets.entry.plugin.source, "spec");
+    exercise(&tickets, |i, p| {
+        format!(
+            r#"{{"id": "n{i}", "title": "t{i}", "state": "open", "priority": {p}, "tags": ["a"], "embedding": [{i}.0, 1.0]}}"#
+        )
+    })
+    .await;
+    // The spec's other rules, through the component.
+    let err = add_json(&tickets, r#"{"id": "x", "title": "", "state": "lost"}"#)
+        .await
+        .unwrap_err();
+    let PipelineError::Plugin(PluginError::Rejected { errors, .. }) = &err else {
+        panic!("{err}")
+    };
+    let codes: Vec<&str> = errors.iter().map(|e| e.code.as_str()).collect();
+    assert_eq!(codes, ["non_empty", "one_of"], "{err}");
+
+    // A store from a compiled custom plugin (the example plugin's file).
+    let bytes = std::fs::read(lance_context_host::built_plugin("example")).unwrap();
+    let notes = reg
+        .create(
+            "notes",
+            CreateOptions::new(SchemaSource::Plugin {
+                label: "example.wasm".into(),
+                bytes,
+            }),
+        )
+        .await
+        .unwrap();
+    exercise(&notes, |i, p| {
+        // The example's rule: priority 1 to 5 (9 is out).
+        format!(r#"{{"id": "n{i}", "text": "note {i}", "priority": {p}}}"#)
+    })
+    .await;
+
+    // And a built-in, with parameters.
+    let mut options = CreateOptions::new(SchemaSource::Builtin("context".into()));
+    options.params = vec![("embedding_dim".into(), "3".into())];
+    let context = reg.create("ctx", options).await.unwrap();
+
+    let recorded: Vec<_> = [&tickets, &notes, &context]
+        .iter()
+        .map(|n| n.entry.clone())
+        .collect();
+    for n in [tickets, notes, context] {
+        n.store.close().await.unwrap();
+    }
+    drop(reg);
+
+    // Restart: a new runtime and registry over the same root.
+    let reg = registry(root.path());
+    let names: Vec<String> = reg.list().unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["ctx", "notes", "tickets"]);
+    for entry in &recorded {
+        let named = reg.open(&entry.name, &no_options()).await.unwrap();
+        assert_eq!(&named.entry, entry);
+        assert_eq!(named.plugin.declaration().spec, entry.spec);
+        assert_eq!(named.entry.state, EntryState::Ready);
+        named.store.close().await.unwrap();
+    }
+    let ctx = reg.describe("ctx").unwrap();
+    assert_eq!(ctx.params, [("embedding_dim".to_string(), "3".to_string())]);
+    assert_eq!(ctx.plugin.name, "context");
+    let tickets = reg.open("tickets", &no_options()).await.unwrap();
+    assert_eq!(tickets.store.count(None).await.unwrap(), 12);
+    // The spec's rules survive the restart (they travel as its parameter).
+    assert!(
+        add_json(&tickets, r#"{"id": "y", "title": "t", "priority": 7}"#)
+            .await
+            .is_err()
+    );
+    tickets.store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_plugin_file_or_a_changed_spec_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let named = reg
+        .create(
+            "r",
+            CreateOptions::new(SchemaSource::Builtin("rollout".into())),
+        )
+        .await
+        .unwrap();
+    named.store.close().await.unwrap();
+    let pinned = root.path().join(format!(
+        "registry/plugins/{}.wasm",
+        named.entry.plugin.sha256
+    ));
+    let original = std::fs::read(&pinned).unwrap();
+
+    // One flipped byte.
+    let mut tampered = original.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0xff;
+    std::fs::write(&pinned, &tampered).unwrap();
+    let err = reg.open("r", &no_options()).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::PluginTampered { expected, .. } if *expected == named.entry.plugin.sha256),
+        "{err}"
+    );
+    // Gone altogether.
+    std::fs::remove_file(&pinned).unwrap();
+    let err = reg.open("r", &no_options()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::PluginMissing { .. }), "{err}");
+    std::fs::write(&pinned, &original).unwrap();
+    reg.open("r", &no_options())
+        .await
+        .unwrap()
+        .store
+        .close()
+        .await
+        .unwrap();
+
+    // A recorded spec that no longer matches what the plugin declares.
+    let entry_path = root.path().join("registry/stores/r.json");
+    let text = std::fs::read_to_string(&entry_path).unwrap();
+    let changed = text.replacen("\"nullable\": true", "\"nullable\": false", 1);
+    assert_ne!(text, changed);
+    std::fs::write(&entry_path, changed).unwrap();
+    let err = reg.open("r", &no_options()).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::SpecChanged { message, .. } if message.contains("nullable")),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_of_one_name_have_exactly_one_winner() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let reg = reg.clone();
+            tokio::spawn(async move {
+                reg.create(
+                    "same",
+                    CreateOptions::new(SchemaSource::Builtin("datagen".into())),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(named) => {
+                won += 1;
+                named.store.close().await.unwrap();
+            }
+            Err(RegistryError::AlreadyExists { name }) => assert_eq!(name, "same"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(won, 1);
+    assert_eq!(reg.list().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_bad_specs_are_refused_with_every_problem_and_nothing_created() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let rollout = || CreateOptions::new(SchemaSource::Builtin("rollout".into()));
+    for bad in ["", "_registry", "a/b", "-x"] {
+        assert!(
+            matches!(
+                reg.create(bad, rollout()).await,
+                Err(RegistryError::InvalidName { .. })
+            ),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        reg.create(
+            "x",
+            CreateOptions::new(SchemaSource::Builtin("nope".into()))
+        )
+        .await,
+        Err(RegistryError::UnknownPlugin { .. })
+    ));
+    let mut spec = SchemaSpec::from_json(NOTES_SPEC).unwrap();
+    spec.columns[0].nullable = true;
+    spec.columns[3].data_type = "Decimal128(10, 2)".into();
+    spec.vectors[0].metric = "hamming".into();
+    let err = reg
+        .create("bad", CreateOptions::new(SchemaSource::Spec(spec)))
+        .await
+        .unwrap_err();
+    let RegistryError::Spec(errors) = &err else {
+        panic!("{err}")
+    };
+    let fields: Vec<&str> = errors.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "columns[3].type",
+            "columns[0].nullable",
+            "vectors[0].metric"
+        ],
+        "{err}"
+    );
+    // A user plugin keyed by something other than `id` is refused (only the
+    // built-in datagen keeps `event_id`).
+    let datagen = std::fs::read(lance_context_host::built_plugin("datagen")).unwrap();
+    let err = reg
+        .create(
+            "keyed",
+            CreateOptions::new(SchemaSource::Plugin {
+                label: "copy-of-datagen.wasm".into(),
+                bytes: datagen,
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Spec(e) if e.problems[0].field == "key"),
+        "{err}"
+    );
+    assert!(reg.list().unwrap().is_empty());
+    assert!(!root.path().join("stores/bad").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_option_keys_are_recorded_never_their_values_and_drop_says_what_it_removed() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let mut options = CreateOptions::new(SchemaSource::Builtin("rollout".into()));
+    options.storage_options = HashMap::from([("secret_token".into(), "hunter2".into())]);
+    let a = reg.create("a", options).await.unwrap();
+    a.store.close().await.unwrap();
+    let text = std::fs::read_to_string(root.path().join("registry/stores/a.json")).unwrap();
+    assert!(text.contains("secret_token") && !text.contains("hunter2"));
+    let err = reg.open("a", &no_options()).await.unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::MissingStorageOptions { keys, .. } if keys == &["secret_token"]),
+        "{err}"
+    );
+    let with = HashMap::from([("secret_token".to_string(), "hunter2".to_string())]);
+    reg.open("a", &with)
+        .await
+        .unwrap()
+        .store
+        .close()
+        .await
+        .unwrap();
+
+    // Two stores pin the same plugin: dropping one keeps the file.
+    let b = reg
+        .create(
+            "b",
+            CreateOptions::new(SchemaSource::Builtin("rollout".into())),
+        )
+        .await
+        .unwrap();
+    b.store.close().await.unwrap();
+    let report = reg.drop_store("a", &with).await.unwrap();
+    assert_eq!(report.plugin_file, None);
+    assert!(!std::path::Path::new(&report.uri).exists());
+    assert!(!report.entry.exists());
+    let report = reg.drop_store("b", &no_options()).await.unwrap();
+    let plugin_file = report.plugin_file.expect("the last pin removes the file");
+    assert!(!plugin_file.exists());
+    assert!(reg.list().unwrap().is_empty());
+    assert!(matches!(
+        reg.describe("a"),
+        Err(RegistryError::NotFound { .. })
+    ));
+    // The name is free again.
+    reg.create(
+        "a",
+        CreateOptions::new(SchemaSource::Builtin("rollout".into())),
+    )
+    .await
+    .unwrap()
+    .store
+    .close()
+    .await
+    .unwrap();
+}
