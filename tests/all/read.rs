@@ -297,3 +297,34 @@ async fn scan_ids(store: &Store, req: ScanRequest) -> Vec<String> {
     let batch = store.scan(req).await.unwrap();
     decode(&batch).into_iter().map(|r| r.id).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_columns_in_a_query_are_named() {
+    let (_dir, uri) = temp_uri();
+    let store = create(&uri).await;
+    store.add(&batch(&rows("a", "g", 3))).await.unwrap();
+    let cases = [
+        (
+            ScanRequest::new().filter("grp = 'g' AND colour = 'red'"),
+            "colour",
+        ),
+        (ScanRequest::new().filter("upper(nope) = 'X'"), "nope"),
+        (ScanRequest::new().order_by(SortKey::asc("when")), "when"),
+        (ScanRequest::new().project(["id", "missing"]), "missing"),
+    ];
+    for (request, column) in cases {
+        let err = store.scan(request).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("unknown column '{column}'")),
+            "{err}"
+        );
+    }
+    let err = store.count(Some("size > 3")).await.unwrap_err();
+    assert!(err.to_string().contains("unknown column 'size'"), "{err}");
+    // Known columns, any case when unquoted, and string literals are fine.
+    assert_eq!(store.count(Some("GRP = 'colour'")).await.unwrap(), 0);
+    assert_eq!(store.count(Some("grp = 'g'")).await.unwrap(), 3);
+    store.close().await.unwrap();
+}

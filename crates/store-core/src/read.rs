@@ -207,6 +207,60 @@ impl ReadView {
     }
 }
 
+/// A filter's column references, checked against the logical schema before
+/// the filter is planned: an unknown column is an `InvalidArgument` naming it
+/// (and listing the columns), not a planner message. Unquoted names match
+/// case-insensitively, as the planner treats them. A filter that does not parse
+/// is left to the planner's own error.
+pub(crate) fn check_filter_columns(schema: &arrow_schema::Schema, filter: &str) -> Result<()> {
+    use lance::deps::datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Ident, visit_expressions};
+    use lance::deps::datafusion::sql::sqlparser::dialect::GenericDialect;
+    use lance::deps::datafusion::sql::sqlparser::parser::Parser;
+    use std::ops::ControlFlow;
+
+    let Ok(expr) = Parser::new(&GenericDialect {})
+        .try_with_sql(filter)
+        .and_then(|mut p| p.parse_expr())
+    else {
+        return Ok(());
+    };
+    let known = |id: &Ident| {
+        schema.field_with_name(&id.value).is_ok()
+            || (id.quote_style.is_none()
+                && schema
+                    .fields()
+                    .iter()
+                    .any(|f| f.name().eq_ignore_ascii_case(&id.value)))
+    };
+    let mut unknown = None;
+    let _ = visit_expressions(&expr, |e| {
+        let first = match e {
+            SqlExpr::Identifier(id) => Some(id),
+            SqlExpr::CompoundIdentifier(parts) => parts.first(),
+            _ => None,
+        };
+        match first {
+            Some(id) if !known(id) => {
+                unknown = Some(id.value.clone());
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        }
+    });
+    match unknown {
+        None => Ok(()),
+        Some(column) => Err(Error::invalid_argument(format!(
+            "filter '{filter}': unknown column '{column}' (columns: {})",
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
 /// Validate a request against the schemas and plan it.
 pub(crate) async fn plan_scan(
     view: &ReadView,
@@ -265,6 +319,7 @@ pub(crate) async fn plan_scan(
         .project(&read_cols)
         .map_err(|e| Error::from_lance("projecting", None, e))?;
     if let Some(filter) = &request.filter {
+        check_filter_columns(&schemas.logical, filter)?;
         let expr = parse_filter_expr(&schemas.stored, filter)
             .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?;
         scanner = scanner.filter_expr(expr);
@@ -450,10 +505,11 @@ pub(crate) async fn nearest(
         return with_distance(RecordBatch::new_empty(out_schema), Vec::new());
     }
     let filter = match &query.filter {
-        Some(f) => Some(
+        Some(f) => Some({
+            check_filter_columns(&schemas.logical, f)?;
             parse_filter_expr(&schemas.stored, f)
-                .map_err(|e| Error::invalid_argument(format!("filter '{f}': {e}")))?,
-        ),
+                .map_err(|e| Error::invalid_argument(format!("filter '{f}': {e}")))?
+        }),
         None => None,
     };
     let columns = schemas.readable_columns();
