@@ -371,3 +371,89 @@ async fn storage_option_keys_are_recorded_never_their_values_and_drop_says_what_
     .await
     .unwrap();
 }
+
+fn strings(batch: &arrow_array::RecordBatch, column: &str) -> Vec<String> {
+    batch
+        .column_by_name(column)
+        .unwrap()
+        .as_string::<i32>()
+        .iter()
+        .map(|v| v.unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_queries_are_part_of_the_schema() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let rollout = reg
+        .create(
+            "r",
+            CreateOptions::new(SchemaSource::Builtin("rollout".into())),
+        )
+        .await
+        .unwrap();
+    let lines = [
+        r#"{"id": "c", "rollout_id": "r1", "sequence_order": 2, "role": "tool"}"#,
+        r#"{"id": "a", "rollout_id": "r1", "sequence_order": 0}"#,
+        r#"{"id": "x", "rollout_id": "r2", "sequence_order": 0}"#,
+        r#"{"id": "b2", "rollout_id": "r1", "sequence_order": 1}"#,
+        r#"{"id": "b1", "rollout_id": "r1", "sequence_order": 1}"#,
+    ];
+    add_json(&rollout, &lines.join("\n")).await.unwrap();
+    let arg = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    let t = rollout
+        .query("trajectory", &arg("rollout_id", "r1"))
+        .await
+        .unwrap();
+    assert_eq!(strings(&t, "id"), ["a", "b1", "b2", "c"]);
+    // A value with a quote is a literal, not SQL.
+    let t = rollout
+        .query("trajectory", &arg("rollout_id", "r1' OR '1'='1"))
+        .await
+        .unwrap();
+    assert_eq!(t.num_rows(), 0);
+    let err = rollout.query("trajectory", &[]).await.unwrap_err();
+    assert!(
+        err.to_string().contains("needs the parameter 'rollout_id'"),
+        "{err}"
+    );
+    let err = rollout
+        .query("trajectory", &arg("rollout_id", ""))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("must not be empty"), "{err}");
+    let err = rollout.query("fold", &[]).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no query 'fold' (queries: trajectory, group)"),
+        "{err}"
+    );
+    rollout.store.close().await.unwrap();
+
+    // A user's spec declares its own.
+    let mut spec = SchemaSpec::from_json(NOTES_SPEC).unwrap();
+    spec.queries = vec![lance_context_host::spec::QuerySpec {
+        name: "by_state".into(),
+        description: "tickets in a state, most urgent first".into(),
+        params: vec!["state".into()],
+        filter: "state = {state}".into(),
+        order_by: vec!["priority desc".into(), "id".into()],
+    }];
+    let tickets = reg
+        .create("t", CreateOptions::new(SchemaSource::Spec(spec)))
+        .await
+        .unwrap();
+    let lines = [
+        r#"{"id": "1", "title": "a", "state": "open", "priority": 1}"#,
+        r#"{"id": "2", "title": "b", "state": "open", "priority": 3}"#,
+        r#"{"id": "3", "title": "c", "state": "closed", "priority": 3}"#,
+    ];
+    add_json(&tickets, &lines.join("\n")).await.unwrap();
+    let open = tickets
+        .query("by_state", &arg("state", "open"))
+        .await
+        .unwrap();
+    assert_eq!(strings(&open, "id"), ["2", "1"]);
+    tickets.store.close().await.unwrap();
+}

@@ -2,12 +2,14 @@
 //!
 //! The host around the storage engine: the sandboxed schema-plugin runtime
 //! ([`plugin`]), the schema declaration every plugin produces and its rules
-//! ([`spec`]), the catalogue of stores by name ([`registry`]), the add
+//! ([`spec`]), the catalogue of stores by name ([`registry`]), the schemas'
+//! named queries ([`query`]), the add
 //! pipeline through a plugin ([`pipeline`]), and the
 //! `lance-context` CLI (the binary).
 
 pub mod pipeline;
 pub mod plugin;
+pub mod query;
 pub mod registry;
 pub use lance_context_spec as spec;
 

@@ -15,7 +15,7 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
-use arrow_schema::{Field, FieldRef, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use lance_context_store::{AddOutcome, Store};
 
 use crate::plugin::{LoadedPlugin, PluginError};
@@ -87,7 +87,22 @@ pub fn rows_from_json(
         return Err(invalid(None, None, "no records".into()));
     }
     let joined = lines.join("\n");
-    let mut reader = arrow_json::ReaderBuilder::new(schema.clone())
+    // The JSON reader has no dictionary support: read those columns as
+    // strings, then cast.
+    let reading = Arc::new(Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Dictionary(_, value) => {
+                    f.as_ref().clone().with_data_type(value.as_ref().clone())
+                }
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<Field>>(),
+        schema.metadata().clone(),
+    ));
+    let mut reader = arrow_json::ReaderBuilder::new(reading.clone())
         .with_strict_mode(true)
         .build(std::io::Cursor::new(joined.into_bytes()))
         .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
@@ -95,7 +110,27 @@ pub fn rows_from_json(
     for batch in &mut reader {
         batches.push(batch.map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?);
     }
-    arrow_select::concat::concat_batches(&schema, &batches)
+    let read = arrow_select::concat::concat_batches(&reading, &batches)
+        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(read.columns())
+        .map(|(f, c)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                arrow_cast::cast(c, f.data_type()).map_err(|e| {
+                    invalid(
+                        Some(f.name().clone()),
+                        None,
+                        format!("column '{}': {e}", f.name()),
+                    )
+                })
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema, columns)
         .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))
 }
 

@@ -205,6 +205,37 @@ pub struct NamedStore {
     pub store: Store,
 }
 
+impl NamedStore {
+    /// Add records through the store's plugin (validate → transform → add).
+    pub async fn add(
+        &self,
+        batch: &arrow_array::RecordBatch,
+    ) -> Result<lance_context_store::AddOutcome, crate::pipeline::PipelineError> {
+        let now = chrono::Utc::now().timestamp_micros();
+        crate::pipeline::add(&self.plugin, &self.store, batch, now).await
+    }
+
+    /// Run one of the schema's named queries (see [`crate::query`]).
+    pub async fn query(
+        &self,
+        name: &str,
+        args: &[(String, String)],
+    ) -> std::result::Result<arrow_array::RecordBatch, QueryFailure> {
+        let request = crate::query::named_request(&self.entry.spec, name, args)?;
+        Ok(self.store.scan(request).await?)
+    }
+}
+
+/// A named query that could not run: bad name or arguments, or the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryFailure {
+    #[error(transparent)]
+    Query(#[from] crate::query::QueryError),
+    #[error(transparent)]
+    Store(#[from] lance_context_store::Error),
+}
+
 /// The registry under one data root.
 #[derive(Debug, Clone)]
 pub struct Registry {

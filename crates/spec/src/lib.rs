@@ -104,6 +104,84 @@ pub struct SchemaSpec {
     /// `unique_secondary_key`.
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// Named queries of the schema (e.g. rollout's `trajectory`).
+    #[serde(default)]
+    pub queries: Vec<QuerySpec>,
+}
+
+/// A named query: rows matching `filter` (SQL; `{param}` placeholders are
+/// filled with the caller's values as string literals), ordered by
+/// `order_by` (`column` or `column desc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuerySpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub params: Vec<String>,
+    pub filter: String,
+    #[serde(default)]
+    pub order_by: Vec<String>,
+}
+
+impl QuerySpec {
+    /// The filter with each `{param}` replaced by its value as a SQL string
+    /// literal (quotes doubled). Every parameter must be given, non-empty, and
+    /// nothing else.
+    pub fn bind(&self, args: &[(String, String)]) -> Result<String, String> {
+        for (name, _) in args {
+            if !self.params.contains(name) {
+                return Err(format!(
+                    "query '{}' has no parameter '{name}' (parameters: {})",
+                    self.name,
+                    self.params.join(", ")
+                ));
+            }
+        }
+        let mut filter = self.filter.clone();
+        for p in &self.params {
+            let value = args
+                .iter()
+                .find(|(n, _)| n == p)
+                .map(|(_, v)| v.as_str())
+                .ok_or_else(|| format!("query '{}' needs the parameter '{p}'", self.name))?;
+            if value.is_empty() {
+                return Err(format!("query '{}': '{p}' must not be empty", self.name));
+            }
+            filter = filter.replace(
+                &format!("{{{p}}}"),
+                &format!("'{}'", value.replace('\'', "''")),
+            );
+        }
+        Ok(filter)
+    }
+
+    /// The order: (column, descending).
+    pub fn order(&self) -> Vec<(String, bool)> {
+        self.order_by
+            .iter()
+            .map(|o| {
+                let mut parts = o.split_whitespace();
+                let column = parts.next().unwrap_or_default().to_string();
+                let desc = parts.next().is_some_and(|d| d.eq_ignore_ascii_case("desc"));
+                (column, desc)
+            })
+            .collect()
+    }
+}
+
+/// The `{name}` placeholders of a filter template.
+fn placeholders(filter: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = filter;
+    while let Some(start) = rest.find('{') {
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('}') else { break };
+        out.push(after[..end].to_string());
+        rest = &after[end + 1..];
+    }
+    out
 }
 
 /// One column.
@@ -254,6 +332,7 @@ impl SchemaSpec {
             vectors: Vec::new(),
             secondary_key: None,
             capabilities: Vec::new(),
+            queries: Vec::new(),
         }
     }
 
@@ -504,6 +583,65 @@ impl SchemaSpec {
                     p(
                         at.clone(),
                         format!("capability '{c}' needs a {kind} column '{column}'"),
+                    );
+                }
+            }
+        }
+        // Named queries.
+        let mut query_names = HashSet::new();
+        for (i, q) in self.queries.iter().enumerate() {
+            let at = |what: &str| format!("queries[{i}]{what}");
+            if q.name.is_empty()
+                || !q
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                p(
+                    at(".name"),
+                    format!("'{}': a query name is letters, digits, '_' and '-'", q.name),
+                );
+            }
+            if !query_names.insert(q.name.as_str()) {
+                p(at(".name"), format!("query '{}' is declared twice", q.name));
+            }
+            let used = placeholders(&q.filter);
+            for u in &used {
+                if !q.params.contains(u) {
+                    p(
+                        at(".filter"),
+                        format!("'{{{u}}}' is not one of the query's params"),
+                    );
+                }
+            }
+            for param in &q.params {
+                if !used.contains(param) {
+                    p(
+                        at(".params"),
+                        format!("'{param}' is not used in the filter"),
+                    );
+                }
+            }
+            if q.filter.trim().is_empty() {
+                p(at(".filter"), "a query needs a filter".into());
+            }
+            for (j, o) in q.order_by.iter().enumerate() {
+                let mut parts = o.split_whitespace();
+                let column = parts.next().unwrap_or_default();
+                let direction = parts.next();
+                if !seen.contains(column) {
+                    p(
+                        at(&format!(".order_by[{j}]")),
+                        format!("unknown column '{column}'"),
+                    );
+                }
+                if direction.is_some_and(|d| {
+                    !d.eq_ignore_ascii_case("asc") && !d.eq_ignore_ascii_case("desc")
+                }) || parts.next().is_some()
+                {
+                    p(
+                        at(&format!(".order_by[{j}]")),
+                        format!("'{o}': write 'column', 'column asc' or 'column desc'"),
                     );
                 }
             }
@@ -777,6 +915,52 @@ mod tests {
             mutate(&mut spec);
             assert_eq!(problems(&spec), [field], "{what}");
         }
+    }
+
+    #[test]
+    fn named_queries_bind_their_params_and_are_checked() {
+        let mut spec = good();
+        spec.queries = vec![QuerySpec {
+            name: "by_text".into(),
+            description: String::new(),
+            params: vec!["text".into()],
+            filter: "text = {text} AND priority > 1".into(),
+            order_by: vec!["priority desc".into(), "id".into()],
+        }];
+        assert!(spec.check(KeyRule::IdOnly).is_ok());
+        let q = &spec.queries[0];
+        assert_eq!(
+            q.bind(&[("text".into(), "it's".into())]).unwrap(),
+            "text = 'it''s' AND priority > 1"
+        );
+        assert!(
+            q.bind(&[])
+                .unwrap_err()
+                .contains("needs the parameter 'text'")
+        );
+        assert!(q.bind(&[("text".into(), String::new())]).is_err());
+        assert!(q.bind(&[("x".into(), "1".into())]).is_err());
+        assert_eq!(
+            q.order(),
+            [("priority".to_string(), true), ("id".to_string(), false)]
+        );
+        spec.queries.push(QuerySpec {
+            name: "by text".into(),
+            description: String::new(),
+            params: vec!["unused".into()],
+            filter: "text = {other}".into(),
+            order_by: vec!["nope".into(), "id sideways".into()],
+        });
+        assert_eq!(
+            problems(&spec),
+            [
+                "queries[1].name",
+                "queries[1].filter",
+                "queries[1].params",
+                "queries[1].order_by[0]",
+                "queries[1].order_by[1]"
+            ]
+        );
     }
 
     #[test]

@@ -215,7 +215,21 @@ impl Plugin for Context {
         let params = parse_params(params)?;
         let mut declaration = Declaration::new("context", VERSION, schema(&params))
             .with_vector("embedding", params.embedding_dim, params.metric)
-            .with_transform();
+            .with_transform()
+            .with_query(
+                "run",
+                "the records of one add call",
+                &["run_id"],
+                "run_id = {run_id}",
+                &["created_at", "id"],
+            )
+            .with_query(
+                "session",
+                "the records of one session, oldest first",
+                &["session_id"],
+                "session_id = {session_id}",
+                &["created_at", "id"],
+            );
         for column in &params.blob_columns {
             declaration = declaration.with_blob(column);
         }

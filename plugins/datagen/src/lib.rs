@@ -120,7 +120,28 @@ impl Plugin for Datagen {
         Ok(Declaration::new("datagen", VERSION, schema())
             .with_key("event_id")
             .with_blob("value_blob")
-            .with_transform())
+            .with_transform()
+            .with_query(
+                "item_events",
+                "the events of one item, in fold order (the input of its fold)",
+                &["item_id"],
+                "item_id = {item_id}",
+                &["item_seq", "event_id"],
+            )
+            .with_query(
+                "root_events",
+                "the events of a root item and its fan-out sub-items",
+                &["root_item_id"],
+                "root_item_id = {root_item_id}",
+                &["item_id", "item_seq", "event_id"],
+            )
+            .with_query(
+                "failures",
+                "FAILED events of one run",
+                &["run_id"],
+                "event_type = 'FAILED' AND run_id = {run_id}",
+                &["item_id", "item_seq", "event_id"],
+            ))
     }
 
     fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {

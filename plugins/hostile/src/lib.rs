@@ -92,6 +92,7 @@ mod component {
                     secondary_key: Some("external_id".into()),
                     capabilities: Capabilities::LIFECYCLE,
                     has_transform: false,
+                    queries: vec![],
                 });
             }
             Ok(SchemaDecl {
@@ -106,6 +107,7 @@ mod component {
                 secondary_key: None,
                 capabilities: Capabilities::empty(),
                 has_transform: true,
+                queries: vec![],
             })
         }
 

@@ -94,7 +94,22 @@ impl Plugin for Rollout {
                 "the rollout schema takes no parameters (got '{name}')"
             ));
         }
-        Ok(Declaration::new("rollout", VERSION, schema()).with_transform())
+        Ok(Declaration::new("rollout", VERSION, schema())
+            .with_transform()
+            .with_query(
+                "trajectory",
+                "the rows of one rollout, in trajectory order",
+                &["rollout_id"],
+                "rollout_id = {rollout_id}",
+                &["sequence_order", "id"],
+            )
+            .with_query(
+                "group",
+                "the rows of one problem (the GRPO group of its samples)",
+                &["problem_id"],
+                "problem_id = {problem_id}",
+                &["rollout_id", "sequence_order", "id"],
+            ))
     }
 
     fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {

@@ -69,6 +69,17 @@ fn declaration(d: Declaration) -> Result<SchemaDecl, DescribeError> {
         secondary_key: d.secondary_key,
         capabilities,
         has_transform: d.has_transform,
+        queries: d
+            .queries
+            .into_iter()
+            .map(|q| types::NamedQuery {
+                name: q.name,
+                description: q.description,
+                params: q.params,
+                filter: q.filter,
+                order_by: q.order_by,
+            })
+            .collect(),
     })
 }
 

@@ -43,6 +43,17 @@ pub struct Capabilities {
     pub unique_secondary_key: bool,
 }
 
+/// A named query: a filter template with `{param}` placeholders and an order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedQuery {
+    pub name: String,
+    pub description: String,
+    pub params: Vec<String>,
+    pub filter: String,
+    /// `column` or `column desc`.
+    pub order_by: Vec<String>,
+}
+
 /// What `describe` declares.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Declaration {
@@ -55,6 +66,7 @@ pub struct Declaration {
     pub secondary_key: Option<String>,
     pub capabilities: Capabilities,
     pub has_transform: bool,
+    pub queries: Vec<NamedQuery>,
 }
 
 impl Declaration {
@@ -70,6 +82,7 @@ impl Declaration {
             secondary_key: None,
             capabilities: Capabilities::default(),
             has_transform: false,
+            queries: Vec::new(),
         }
     }
 
@@ -92,6 +105,26 @@ impl Declaration {
     /// Declare a blob column.
     pub fn with_blob(mut self, name: &str) -> Self {
         self.blob_columns.push(name.to_string());
+        self
+    }
+
+    /// Declare a named query, e.g. `with_query("trajectory", "…",
+    /// &["rollout_id"], "rollout_id = {rollout_id}", &["sequence_order", "id"])`.
+    pub fn with_query(
+        mut self,
+        name: &str,
+        description: &str,
+        params: &[&str],
+        filter: &str,
+        order_by: &[&str],
+    ) -> Self {
+        self.queries.push(NamedQuery {
+            name: name.to_string(),
+            description: description.to_string(),
+            params: params.iter().map(|p| p.to_string()).collect(),
+            filter: filter.to_string(),
+            order_by: order_by.iter().map(|o| o.to_string()).collect(),
+        });
         self
     }
 

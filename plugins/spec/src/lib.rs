@@ -59,6 +59,17 @@ impl Plugin for SpecPlugin {
             d = d.with_vector(&v.column, v.dimension as u32, metric);
         }
         d.secondary_key = spec.secondary_key.clone();
+        d.queries = spec
+            .queries
+            .iter()
+            .map(|q| NamedQuery {
+                name: q.name.clone(),
+                description: q.description.clone(),
+                params: q.params.clone(),
+                filter: q.filter.clone(),
+                order_by: q.order_by.clone(),
+            })
+            .collect();
         d.capabilities = Capabilities {
             tombstones: spec.has("tombstones"),
             supersession: spec.has("supersession"),

@@ -18,7 +18,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, SchemaPlugin, SchemaPluginPre};
-use crate::spec::{KeyRule, SchemaSpec, SpecProblem, VectorSpec};
+use crate::spec::{KeyRule, QuerySpec, SchemaSpec, SpecProblem, VectorSpec};
 
 /// The contract ABI version this host speaks (`lance-context:plugin@0.1.0`).
 pub const ABI_VERSION: u32 = 1;
@@ -534,6 +534,17 @@ impl LoadedPlugin {
             })
             .collect();
         spec.secondary_key = decl.secondary_key;
+        spec.queries = decl
+            .queries
+            .into_iter()
+            .map(|q| QuerySpec {
+                name: q.name,
+                description: q.description,
+                params: q.params,
+                filter: q.filter,
+                order_by: q.order_by,
+            })
+            .collect();
         for (flag, name) in [
             (bindings::Capabilities::TOMBSTONES, "tombstones"),
             (bindings::Capabilities::SUPERSESSION, "supersession"),
