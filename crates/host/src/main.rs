@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_plugins;
+mod store_cli;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ enum Command {
     Demo(DemoArgs),
     /// Benchmark the plugin boundary: adds through the rollout plugin vs native.
     BenchPlugins(bench_plugins::PluginBenchArgs),
+    /// Stores by name in a data root: create (from a plugin or a spec file),
+    /// list, describe, drop, add, get, scan, named queries.
+    Store(store_cli::StoreArgs),
     /// Schema plugins: inspect a declaration, check a component.
     Plugin {
         #[command(subcommand)]
@@ -196,10 +200,46 @@ fn main() -> ExitCode {
 /// Exit codes: 2 invalid input, 3 not found, 4 conflict/exists, 5 busy or
 /// unavailable, 1 anything else.
 fn exit_code(err: &anyhow::Error) -> u8 {
-    match err
-        .downcast_ref::<lance_context_store::Error>()
-        .map(|e| e.kind())
+    use lance_context_host::pipeline::PipelineError;
+    use lance_context_host::registry::{QueryFailure, RegistryError};
+    if let Some(e) = err.downcast_ref::<RegistryError>() {
+        return match e {
+            RegistryError::InvalidName { .. }
+            | RegistryError::Spec(_)
+            | RegistryError::UnknownPlugin { .. }
+            | RegistryError::MissingStorageOptions { .. }
+            | RegistryError::Plugin(_) => 2,
+            RegistryError::NotFound { .. } => 3,
+            RegistryError::AlreadyExists { .. } => 4,
+            RegistryError::Incomplete { .. } => 5,
+            RegistryError::Store(e) => store_exit_code(e.kind()),
+            _ => 1,
+        };
+    }
+    if let Some(e) = err.downcast_ref::<PipelineError>() {
+        return match e {
+            PipelineError::Store(e) => store_exit_code(e.kind()),
+            _ => 2,
+        };
+    }
+    if let Some(e) = err.downcast_ref::<QueryFailure>() {
+        return match e {
+            QueryFailure::Store(e) => store_exit_code(e.kind()),
+            _ => 2,
+        };
+    }
+    if err
+        .downcast_ref::<lance_context_host::spec::SpecErrors>()
+        .is_some()
     {
+        return 2;
+    }
+    err.downcast_ref::<lance_context_store::Error>()
+        .map_or(1, |e| store_exit_code(e.kind()))
+}
+
+fn store_exit_code(kind: ErrorKind) -> u8 {
+    match Some(kind) {
         Some(ErrorKind::InvalidInput) => 2,
         Some(ErrorKind::NotFound) => 3,
         Some(ErrorKind::AlreadyExists | ErrorKind::Conflict) => 4,
@@ -214,6 +254,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => bench::run(args).await,
         Command::BenchPlugins(args) => bench_plugins::run(args).await,
         Command::Plugin { command } => plugin_command(command),
+        Command::Store(args) => store_cli::run(args).await,
         Command::Count { store, filter } => {
             let store = Store::open_read_only(store.config()).await?;
             println!("{}", store.count(filter.as_deref()).await?);

@@ -307,6 +307,8 @@ impl Registry {
     /// `runtime`.
     pub fn at(root: impl Into<PathBuf>, runtime: Arc<PluginRuntime>) -> Result<Self> {
         let root = root.into();
+        // Recorded uris are absolute, so entries do not depend on the cwd.
+        let root = std::path::absolute(&root).map_err(io(&root))?;
         for dir in [root.join("registry/stores"), root.join("registry/plugins")] {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }

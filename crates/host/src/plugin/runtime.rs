@@ -263,6 +263,9 @@ impl PluginRuntime {
             Some(dir) => {
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| load_error(format!("cache directory {}: {e}", dir.display())))?;
+                // wasmtime wants an absolute path.
+                let dir = std::path::absolute(&dir)
+                    .map_err(|e| load_error(format!("cache directory {}: {e}", dir.display())))?;
                 let mut cache_config = CacheConfig::new();
                 cache_config.with_directory(dir);
                 let cache = Cache::new(cache_config).map_err(|e| load_error(e.to_string()))?;

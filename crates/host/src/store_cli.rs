@@ -1,0 +1,263 @@
+//! `lance-context store …`: stores by name in a data root's registry.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use lance_context_host::pipeline;
+use lance_context_host::plugin::{PluginLimits, PluginRuntime};
+use lance_context_host::registry::{CreateOptions, Registry, SchemaSource};
+use lance_context_host::spec::SchemaSpec;
+use lance_context_store::ScanRequest;
+
+use crate::{parse_kv, parse_sort, print_json_lines};
+
+#[derive(Args, Debug)]
+pub struct StoreArgs {
+    /// The data root holding the registry (and stores created without --uri).
+    #[arg(long, default_value = "data", global = true)]
+    root: PathBuf,
+    /// Storage option `key=value` for the store's object store; repeatable.
+    /// Values are never recorded: pass them on every command.
+    #[arg(long = "storage-option", value_parser = parse_kv, global = true)]
+    storage_options: Vec<(String, String)>,
+    #[command(subcommand)]
+    command: StoreCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCommand {
+    /// Create a store from a built-in plugin, a plugin file or a spec file.
+    Create {
+        name: String,
+        /// A built-in schema (rollout, context, datagen) or a path to a .wasm plugin.
+        #[arg(long, conflicts_with = "spec", required_unless_present = "spec")]
+        plugin: Option<String>,
+        /// A SchemaSpec JSON file (no plugin of your own needed).
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        /// Creation parameter `name=json` for the plugin; repeatable.
+        #[arg(long = "param", value_parser = parse_kv)]
+        params: Vec<(String, String)>,
+        /// Where the data goes (default: <root>/stores/<name>); e.g. s3://bucket/path.
+        #[arg(long)]
+        uri: Option<String>,
+    },
+    /// List the stores.
+    List,
+    /// Print a store's registry entry (JSON).
+    Describe { name: String },
+    /// Delete a store: its data, its entry, and its plugin file if unshared.
+    Drop {
+        name: String,
+        /// Really delete.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Add JSON Lines records (a file, or stdin) through the store's plugin.
+    Add {
+        name: String,
+        /// JSON Lines file; `-` or absent reads stdin.
+        file: Option<PathBuf>,
+    },
+    /// Print rows by key, as JSON lines.
+    Get {
+        name: String,
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Print rows as JSON lines (blob columns left out unless named).
+    Scan {
+        name: String,
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long, value_delimiter = ',')]
+        columns: Option<Vec<String>>,
+        #[arg(long = "order-by")]
+        order_by: Vec<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        offset: Option<usize>,
+    },
+    /// Run one of the schema's named queries (e.g. rollout `trajectory`).
+    Query {
+        name: String,
+        /// The query; without one, list the schema's queries.
+        query: Option<String>,
+        /// Argument `param=value`; repeatable.
+        #[arg(long = "arg", value_parser = parse_kv)]
+        args: Vec<(String, String)>,
+    },
+}
+
+pub async fn run(args: StoreArgs) -> Result<()> {
+    let runtime = Arc::new(PluginRuntime::new(
+        PluginLimits::default(),
+        Some(args.root.join("registry/compile-cache")),
+    )?);
+    let registry = Registry::at(&args.root, runtime)?;
+    let options: HashMap<String, String> = args.storage_options.into_iter().collect();
+    match args.command {
+        StoreCommand::Create {
+            name,
+            plugin,
+            spec,
+            params,
+            uri,
+        } => {
+            let source = match (plugin, spec) {
+                (_, Some(file)) => {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    SchemaSource::Spec(SchemaSpec::from_json(&text)?)
+                }
+                (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
+                    let bytes = std::fs::read(&p).with_context(|| format!("reading {p}"))?;
+                    SchemaSource::Plugin { label: p, bytes }
+                }
+                (Some(p), None) => SchemaSource::Builtin(p),
+                (None, None) => bail!("give --plugin or --spec"),
+            };
+            let named = registry
+                .create(
+                    &name,
+                    CreateOptions {
+                        source,
+                        params,
+                        uri,
+                        storage_options: options,
+                    },
+                )
+                .await?;
+            named.store.close().await?;
+            let e = &named.entry;
+            println!(
+                "created store '{}' at {} ({} columns, plugin {} {} sha256 {})",
+                e.name,
+                e.uri,
+                e.spec.columns.len(),
+                e.plugin.name,
+                e.plugin.version,
+                &e.plugin.sha256[..12]
+            );
+            Ok(())
+        }
+        StoreCommand::List => {
+            let entries = registry.list()?;
+            if entries.is_empty() {
+                println!("no stores under {}", args.root.display());
+            }
+            for e in entries {
+                println!(
+                    "{:<24} {:<10} {:<12} {:<8} {}",
+                    e.name,
+                    format!("{:?}", e.state).to_lowercase(),
+                    e.plugin.name,
+                    e.plugin.version,
+                    e.uri
+                );
+            }
+            Ok(())
+        }
+        StoreCommand::Describe { name } => {
+            let entry = registry.describe(&name)?;
+            println!("{}", serde_json::to_string_pretty(&entry)?);
+            Ok(())
+        }
+        StoreCommand::Drop { name, yes } => {
+            let entry = registry.describe(&name)?;
+            if !yes {
+                bail!(
+                    "dropping '{name}' deletes {} and its registry entry; pass --yes to do it",
+                    entry.uri
+                );
+            }
+            let report = registry.drop_store(&name, &options).await?;
+            println!("dropped store '{}'", report.name);
+            println!("removed data:  {}", report.uri);
+            println!("removed entry: {}", report.entry.display());
+            match report.plugin_file {
+                Some(p) => println!("removed plugin file: {}", p.display()),
+                None => println!("kept the plugin file (another store pins it)"),
+            }
+            Ok(())
+        }
+        StoreCommand::Add { name, file } => {
+            let named = registry.open(&name, &options).await?;
+            let mut text = Vec::new();
+            match file.as_deref().filter(|f| f.as_os_str() != "-") {
+                Some(f) => {
+                    text = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?
+                }
+                None => {
+                    std::io::stdin().read_to_end(&mut text)?;
+                }
+            }
+            let batch = pipeline::rows_from_json(&named.plugin, text.as_slice())?;
+            let result = named.add(&batch).await;
+            named.store.close().await?;
+            if let Err(pipeline::PipelineError::Plugin(e)) = &result
+                && let Some(rows) = e.row_errors()
+            {
+                for r in rows {
+                    eprintln!("rejected: {r}");
+                }
+            }
+            result?;
+            println!("added {} record(s) to '{name}'", batch.num_rows());
+            Ok(())
+        }
+        StoreCommand::Get { name, ids } => {
+            let named = registry.open_with(&name, &options, true, |c| c).await?;
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let projection = lance_context_host::query::default_projection(&named.entry.spec);
+            print_json_lines(&named.store.lookup(&ids, Some(&projection)).await?)
+        }
+        StoreCommand::Scan {
+            name,
+            filter,
+            columns,
+            order_by,
+            limit,
+            offset,
+        } => {
+            let named = registry.open_with(&name, &options, true, |c| c).await?;
+            let request = ScanRequest {
+                filter,
+                projection: Some(columns.unwrap_or_else(|| {
+                    lance_context_host::query::default_projection(&named.entry.spec)
+                })),
+                order_by: order_by
+                    .iter()
+                    .map(|s| parse_sort(s))
+                    .collect::<Result<_>>()?,
+                limit,
+                offset,
+            };
+            print_json_lines(&named.store.scan(request).await?)
+        }
+        StoreCommand::Query { name, query, args } => {
+            let named = registry.open_with(&name, &options, true, |c| c).await?;
+            let Some(query) = query else {
+                for q in &named.entry.spec.queries {
+                    println!(
+                        "{:<16} {:<28} {}",
+                        q.name,
+                        q.params
+                            .iter()
+                            .map(|p| format!("--arg {p}=…"))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        q.description
+                    );
+                }
+                return Ok(());
+            };
+            print_json_lines(&named.query(&query, &args).await?)
+        }
+    }
+}
