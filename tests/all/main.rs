@@ -9,6 +9,7 @@ mod fencing;
 mod maintenance;
 mod plugins;
 mod read;
+mod records;
 mod registry;
 mod shards;
 mod storage_options;

@@ -80,12 +80,7 @@ fn the_builtin_plugins_load_and_declare_their_schemas() {
     assert_eq!(d.spec.secondary_key.as_deref(), Some("external_id"));
     assert_eq!(
         d.spec.capabilities,
-        [
-            "tombstones",
-            "supersession",
-            "lifecycle",
-            "unique_secondary_key"
-        ]
+        ["tombstones", "supersession", "lifecycle", "unique_keys"]
     );
 
     // Bad parameters are the plugin's typed refusal, naming the parameter.

@@ -457,3 +457,72 @@ async fn named_queries_are_part_of_the_schema() {
     assert_eq!(strings(&open, "id"), ["2", "1"]);
     tickets.store.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_plugin_gets_its_capabilities_from_the_engine() {
+    use lance_context_store::{PatchTarget, ScanRequest};
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let mut options = CreateOptions::new(SchemaSource::Builtin("context".into()));
+    options.params = vec![("embedding_dim".into(), "2".into())];
+    let ctx = reg.create("ctx", options).await.unwrap();
+    let lines = [
+        r#"{"id": "a", "run_id": "r", "session_id": "s", "external_id": "ea", "text_payload": "one"}"#,
+        r#"{"id": "b", "run_id": "r", "session_id": "s", "text_payload": "two"}"#,
+    ];
+    add_json(&ctx, &lines.join("\n")).await.unwrap();
+    // Unique ids: re-adding `a` is refused.
+    let err = add_json(&ctx, r#"{"id": "a", "run_id": "r2"}"#)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("id 'a' already exists"), "{err}");
+
+    // Delete: a tombstone; the key is free again.
+    assert_eq!(ctx.delete(&["b", "zz"]).await.unwrap(), [true, false]);
+    assert!(ctx.store.get("b").await.unwrap().is_none());
+    add_json(&ctx, r#"{"id": "b", "run_id": "r3", "session_id": "s"}"#)
+        .await
+        .unwrap();
+
+    // Upsert by external_id: replaces `a`, which the session query no longer shows.
+    let batch = pipeline::rows_from_json(
+        &ctx.plugin,
+        r#"{"id": "a2", "run_id": "r4", "session_id": "s", "external_id": "ea", "text_payload": "one, revised"}"#
+            .as_bytes(),
+    )
+    .unwrap();
+    let out = ctx.upsert(&batch).await.unwrap();
+    assert_eq!(out[0].replaced_id.as_deref(), Some("a"));
+    let arg = vec![("session_id".to_string(), "s".to_string())];
+    let session = ctx.query("session", &arg).await.unwrap();
+    let mut ids = strings(&session, "id");
+    ids.sort();
+    assert_eq!(ids, ["a2", "b"]);
+
+    // Patch: a new version through the plugin (defaults filled), superseding.
+    let patch = arrow_array::RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "tenant",
+            arrow_schema::DataType::Utf8,
+            true,
+        )])),
+        vec![Arc::new(arrow_array::StringArray::from(vec![Some("t1")]))],
+    )
+    .unwrap();
+    let v = ctx
+        .patch(&PatchTarget::SecondaryKey("ea".into()), &patch)
+        .await
+        .unwrap()
+        .expect("a visible record");
+    assert_eq!(v.replaced_id, "a2");
+    let visible = ctx.store.scan(ScanRequest::new()).await.unwrap();
+    let mut ids = strings(&visible, "id");
+    ids.sort();
+    let mut want = vec!["b".to_string(), v.id.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    let row = ctx.store.get(&v.id).await.unwrap().unwrap();
+    assert_eq!(strings(&row, "tenant"), ["t1"]);
+    assert_eq!(strings(&row, "session_id"), ["s"]);
+    ctx.store.close().await.unwrap();
+}

@@ -284,6 +284,7 @@ async fn run(cli: Cli) -> Result<()> {
                     .collect::<Result<_>>()?,
                 limit,
                 offset,
+                ..ScanRequest::default()
             };
             if explain {
                 println!("{}", store.explain(request).await?);

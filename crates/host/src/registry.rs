@@ -33,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lance_context_store::{
-    IndexSettings, Metric, Store, StoreConfig, VectorColumn, VectorIndexKind,
+    IndexSettings, Metric, PatchTarget, RecordCapabilities, Store, StoreConfig, UpsertOutcome,
+    VectorColumn, VectorIndexKind,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -213,6 +214,49 @@ impl NamedStore {
     ) -> Result<lance_context_store::AddOutcome, crate::pipeline::PipelineError> {
         let now = chrono::Utc::now().timestamp_micros();
         crate::pipeline::add(&self.plugin, &self.store, batch, now).await
+    }
+
+    /// Insert or replace records by the schema's secondary key, through the
+    /// plugin (validate → transform), then the engine's upsert (supersession).
+    pub async fn upsert(
+        &self,
+        batch: &arrow_array::RecordBatch,
+    ) -> std::result::Result<Vec<UpsertOutcome>, crate::pipeline::PipelineError> {
+        let now = chrono::Utc::now().timestamp_micros();
+        let input = crate::pipeline::to_input(&self.plugin, batch)?;
+        let ready = self.plugin.prepare(&input, now)?;
+        Ok(self.store.upsert(&ready).await?)
+    }
+
+    /// Patch a record as a new version under a fresh key: the engine builds
+    /// the version, the plugin checks it (validate → transform), the engine
+    /// writes it. `None` when no visible record matches.
+    pub async fn patch(
+        &self,
+        target: &PatchTarget,
+        patch: &arrow_array::RecordBatch,
+    ) -> std::result::Result<
+        Option<lance_context_store::PatchedVersion>,
+        crate::pipeline::PipelineError,
+    > {
+        let now = chrono::Utc::now().timestamp_micros();
+        let Some(mut version) = self
+            .store
+            .patch_version(target, patch, &lance_context_store::generate_id())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let input = crate::pipeline::to_input(&self.plugin, &version.row)?;
+        version.row = self.plugin.prepare(&input, now)?;
+        self.store.add_new_versions(&version.row).await?;
+        Ok(Some(version))
+    }
+
+    /// Delete records by key (tombstones; the schema must declare them): per
+    /// key, whether a visible record was deleted.
+    pub async fn delete(&self, ids: &[&str]) -> Result<Vec<bool>, lance_context_store::Error> {
+        self.store.tombstone(ids).await
     }
 
     /// Run one of the schema's named queries (see [`crate::query`]).
@@ -667,6 +711,13 @@ pub fn store_config(
         .with_indexes(IndexSettings {
             vector_columns,
             ..IndexSettings::default()
+        })
+        .with_capabilities(RecordCapabilities {
+            tombstones: spec.has("tombstones"),
+            supersession: spec.has("supersession"),
+            lifecycle: spec.has("lifecycle"),
+            unique_keys: spec.has("unique_keys"),
+            secondary_key: spec.secondary_key.clone(),
         })
 }
 

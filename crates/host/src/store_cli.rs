@@ -237,6 +237,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
                     .collect::<Result<_>>()?,
                 limit,
                 offset,
+                ..ScanRequest::default()
             };
             print_json_lines(&named.store.scan(request).await?)
         }

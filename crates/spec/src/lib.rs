@@ -101,7 +101,8 @@ pub struct SchemaSpec {
     #[serde(default)]
     pub secondary_key: Option<String>,
     /// Opt-in engine behaviours: `tombstones`, `supersession`, `lifecycle`,
-    /// `unique_secondary_key`.
+    /// `unique_keys` (the key, and the secondary key when declared, are unique
+    /// among stored non-tombstone records on add).
     #[serde(default)]
     pub capabilities: Vec<String>,
     /// Named queries of the schema (e.g. rollout's `trajectory`).
@@ -287,12 +288,7 @@ impl std::fmt::Display for SpecErrors {
 impl std::error::Error for SpecErrors {}
 
 /// The capabilities a spec may declare.
-pub const CAPABILITIES: &[&str] = &[
-    "tombstones",
-    "supersession",
-    "lifecycle",
-    "unique_secondary_key",
-];
+pub const CAPABILITIES: &[&str] = &["tombstones", "supersession", "lifecycle", "unique_keys"];
 
 /// Which key columns are allowed: `id` for every schema, plus `event_id` for
 /// the built-in datagen schema (kept for compatibility with its data).
@@ -553,15 +549,7 @@ impl SchemaSpec {
                     ("lifecycle_status", "Utf8"),
                     ("retired_at", "Timestamp"),
                 ],
-                "unique_secondary_key" => {
-                    if self.secondary_key.is_none() {
-                        p(
-                            at.clone(),
-                            "unique_secondary_key needs a secondary_key".into(),
-                        );
-                    }
-                    &[]
-                }
+                "unique_keys" => &[],
                 other => {
                     p(
                         at.clone(),
@@ -890,8 +878,8 @@ mod tests {
                 "capabilities[0]",
             ),
             (
-                "unique without a secondary key",
-                Box::new(|s| s.capabilities = vec!["unique_secondary_key".into()]),
+                "tombstones without content_type",
+                Box::new(|s| s.capabilities = vec!["tombstones".into()]),
                 "capabilities[0]",
             ),
             (

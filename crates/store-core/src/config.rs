@@ -33,6 +33,9 @@ pub struct StoreConfig {
     pub compaction: CompactionSettings,
     /// Key and vector indexes.
     pub indexes: IndexSettings,
+    /// Record semantics the schema opts into (tombstones, supersession,
+    /// lifecycle, unique keys). None by default.
+    pub capabilities: RecordCapabilities,
 }
 
 impl StoreConfig {
@@ -49,7 +52,14 @@ impl StoreConfig {
             merge: MergeSettings::default(),
             compaction: CompactionSettings::default(),
             indexes: IndexSettings::default(),
+            capabilities: RecordCapabilities::default(),
         }
+    }
+
+    /// Set the record capabilities.
+    pub fn with_capabilities(mut self, capabilities: RecordCapabilities) -> Self {
+        self.capabilities = capabilities;
+        self
     }
 
     /// Set the merge settings.
@@ -274,4 +284,27 @@ pub struct IndexSettings {
     pub key_index: KeyIndex,
     /// Vector columns, indexed on request.
     pub vector_columns: Vec<VectorColumn>,
+}
+
+/// Record semantics a schema opts into, applied by the engine for any schema
+/// that declares them (see the `records` section of the crate docs). Each needs
+/// certain columns; opening a store whose schema lacks them is an error.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordCapabilities {
+    /// Deleting appends a tombstone: a row with the same key whose
+    /// `content_type` (Utf8) is [`crate::TOMBSTONE_CONTENT_TYPE`]. Tombstones
+    /// are hidden from reads; callers may not write that value.
+    pub tombstones: bool,
+    /// A row naming another row's key in `supersedes_id` (Utf8) hides that
+    /// row from default reads.
+    pub supersession: bool,
+    /// `expires_at` (Timestamp), `lifecycle_status` (Utf8) and `retired_at`
+    /// (Timestamp) decide visibility (and `superseded_by_id` when present).
+    pub lifecycle: bool,
+    /// `add` refuses a key, or a secondary key, that a non-tombstone row holds
+    /// already, and repeats within a batch.
+    pub unique_keys: bool,
+    /// The caller-side key (Utf8) used by uniqueness, upsert, patch and
+    /// delete-by-secondary-key, e.g. `external_id`.
+    pub secondary_key: Option<String>,
 }

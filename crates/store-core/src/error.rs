@@ -82,6 +82,30 @@ pub enum BatchProblem {
     EmptyKey { column: String, row: usize },
     /// A value in a column that this (older) dataset does not store yet.
     ColumnNotInDataset { column: String, row: usize },
+    /// A value the engine reserves (the tombstone content type).
+    ReservedValue { column: String, row: usize },
+    /// A key (or secondary key) repeats an earlier row of the batch.
+    DuplicateInBatch {
+        column: String,
+        row: usize,
+        first_row: usize,
+        value: String,
+    },
+    /// A key (or secondary key) that a stored, non-tombstone row holds.
+    AlreadyExists {
+        column: String,
+        row: usize,
+        value: String,
+    },
+    /// An upsert row without its secondary key.
+    MissingSecondaryKey { column: String, row: usize },
+    /// An upsert's secondary key matches several visible records.
+    Ambiguous {
+        column: String,
+        row: usize,
+        value: String,
+        matches: usize,
+    },
 }
 
 impl BatchProblem {
@@ -96,7 +120,12 @@ impl BatchProblem {
             | Self::NullValue { column, .. }
             | Self::NullKey { column, .. }
             | Self::EmptyKey { column, .. }
-            | Self::ColumnNotInDataset { column, .. } => Some(column),
+            | Self::ColumnNotInDataset { column, .. }
+            | Self::ReservedValue { column, .. }
+            | Self::DuplicateInBatch { column, .. }
+            | Self::AlreadyExists { column, .. }
+            | Self::MissingSecondaryKey { column, .. }
+            | Self::Ambiguous { column, .. } => Some(column),
         }
     }
 
@@ -106,7 +135,12 @@ impl BatchProblem {
             Self::NullValue { row, .. }
             | Self::NullKey { row, .. }
             | Self::EmptyKey { row, .. }
-            | Self::ColumnNotInDataset { row, .. } => Some(*row),
+            | Self::ColumnNotInDataset { row, .. }
+            | Self::ReservedValue { row, .. }
+            | Self::DuplicateInBatch { row, .. }
+            | Self::AlreadyExists { row, .. }
+            | Self::MissingSecondaryKey { row, .. }
+            | Self::Ambiguous { row, .. } => Some(*row),
             _ => None,
         }
     }
@@ -141,6 +175,34 @@ impl fmt::Display for BatchProblem {
                 f,
                 "row {row}: column '{column}' has a value but this dataset was created \
                  without that column"
+            ),
+            Self::ReservedValue { column, row } => write!(
+                f,
+                "row {row}: column '{column}' holds the reserved tombstone value"
+            ),
+            Self::DuplicateInBatch {
+                column,
+                row,
+                first_row,
+                value,
+            } => write!(
+                f,
+                "row {row}: {column} '{value}' repeats row {first_row} of the batch"
+            ),
+            Self::AlreadyExists { column, row, value } => {
+                write!(f, "row {row}: {column} '{value}' already exists")
+            }
+            Self::MissingSecondaryKey { column, row } => {
+                write!(f, "row {row}: an upsert needs a non-empty {column}")
+            }
+            Self::Ambiguous {
+                column,
+                row,
+                value,
+                matches,
+            } => write!(
+                f,
+                "row {row}: {column} '{value}' matches {matches} visible records"
             ),
         }
     }
@@ -220,6 +282,9 @@ impl Error {
     /// The stable kind callers act on.
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Self::InvalidBatch {
+                problem: BatchProblem::AlreadyExists { .. },
+            } => ErrorKind::AlreadyExists,
             Self::InvalidBatch { .. } | Self::InvalidArgument { .. } => ErrorKind::InvalidInput,
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,

@@ -75,12 +75,13 @@ mod error;
 mod id;
 mod merge;
 mod read;
+mod records;
 mod store;
 mod writer;
 
 pub use config::{
-    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, ShardPolicy, StoreConfig,
-    VectorColumn, VectorIndexKind, WriterSettings,
+    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, RecordCapabilities,
+    ShardPolicy, StoreConfig, VectorColumn, VectorIndexKind, WriterSettings,
 };
 pub use engine::{CompactionStats, IndexStats, StoreStats};
 pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
@@ -88,6 +89,7 @@ pub use id::{generate_id, shard_id_for_instance};
 #[cfg(feature = "failpoints")]
 pub use merge::MergeFailpoint;
 pub use merge::MergeStats;
-pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery};
+pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility};
+pub use records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
 pub use writer::AddOutcome;

@@ -146,6 +146,36 @@ pub struct ScanRequest {
     pub limit: Option<usize>,
     /// Skip this many rows first.
     pub offset: Option<usize>,
+    /// Which rows a store with record capabilities shows (default: only
+    /// visible ones). No effect on stores without capabilities.
+    pub visibility: Visibility,
+}
+
+/// Which rows a read shows, for stores with record capabilities: by default
+/// tombstones, expired rows, retired / non-active rows and superseded rows are
+/// hidden.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Visibility {
+    /// Show tombstone rows.
+    pub include_tombstones: bool,
+    /// Show rows whose `expires_at` has passed.
+    pub include_expired: bool,
+    /// Show retired, non-active and superseded rows.
+    pub include_retired: bool,
+    /// "Now" for expiry, in microseconds since the epoch; `None` = the clock.
+    pub now_micros: Option<i64>,
+}
+
+impl Visibility {
+    /// Every row, tombstones included.
+    pub fn all() -> Self {
+        Self {
+            include_tombstones: true,
+            include_expired: true,
+            include_retired: true,
+            now_micros: None,
+        }
+    }
 }
 
 impl ScanRequest {
@@ -181,6 +211,12 @@ impl ScanRequest {
     /// Set the offset.
     pub fn offset(mut self, offset: usize) -> Self {
         self.offset = Some(offset);
+        self
+    }
+
+    /// Set which rows a store with record capabilities shows.
+    pub fn visibility(mut self, visibility: Visibility) -> Self {
+        self.visibility = visibility;
         self
     }
 }

@@ -12,7 +12,7 @@ use lance::deps::datafusion::physical_plan::displayable;
 use tokio::sync::RwLock;
 use uuid::Uuid;
 
-use crate::config::{ShardPolicy, StoreConfig};
+use crate::config::{RecordCapabilities, ShardPolicy, StoreConfig};
 use crate::conform::Schemas;
 use crate::dataset::{Opener, ensure_mem_wal};
 use crate::engine::{Background, CompactionState, CompactionStats, Engine, Settings, StoreStats};
@@ -38,10 +38,15 @@ pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
 /// Cheap to share behind an `Arc`; every method takes `&self` and is safe to
 /// call concurrently.
 pub struct Store {
-    engine: Arc<Engine>,
-    schemas: Schemas,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) schemas: Schemas,
     instance_id: String,
     background: std::sync::Mutex<Option<Background>>,
+    /// Record semantics the schema opted into.
+    pub(crate) capabilities: RecordCapabilities,
+    /// Serialises check-then-write adds (uniqueness, upsert, patch, delete by
+    /// tombstone) of this store handle.
+    pub(crate) record_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Store {
@@ -127,6 +132,7 @@ impl Store {
     ) -> Result<Self> {
         let stored: SchemaRef = Arc::new(Schema::from(dataset.schema()));
         let schemas = resolve_schemas(&config, stored)?;
+        crate::records::check_capabilities(&config.capabilities, &schemas.logical)?;
         let shard = shard_id_for_instance(&config.instance_id);
         if writable && config.shard_policy == ShardPolicy::SingleWriter {
             for view in shard_snapshots(&dataset).await? {
@@ -172,6 +178,8 @@ impl Store {
             schemas,
             instance_id: config.instance_id,
             background: std::sync::Mutex::new(background),
+            capabilities: config.capabilities,
+            record_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -220,9 +228,26 @@ impl Store {
     /// columns, type mismatches, nulls in non-nullable columns and null or empty
     /// keys are rejected with [`Error::InvalidBatch`] naming the column and row.
     /// A rejected batch writes nothing.
+    ///
+    /// With record capabilities: the tombstone value is refused
+    /// ([`BatchProblem::ReservedValue`]); with `unique_keys`, a key or
+    /// secondary key repeated in the batch or held by a stored non-tombstone
+    /// row is refused, the first in input order
+    /// ([`BatchProblem::DuplicateInBatch`], [`BatchProblem::AlreadyExists`]).
     pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome> {
-        let writer = self.engine.writer()?;
+        if self.capabilities.tombstones || self.capabilities.unique_keys {
+            let _guard = self.record_lock.lock().await;
+            let conformed = self.schemas.conform_for_write(batch)?;
+            self.check_new_records(&conformed, true).await?;
+            return self.write_conformed(conformed).await;
+        }
         let conformed = self.schemas.conform_for_write(batch)?;
+        self.write_conformed(conformed).await
+    }
+
+    /// Write a conformed batch (every check done).
+    pub(crate) async fn write_conformed(&self, conformed: RecordBatch) -> Result<AddOutcome> {
+        let writer = self.engine.writer()?;
         let outcome = writer
             .add(conformed, || self.engine.reopen_for_writer())
             .await?;
@@ -294,7 +319,22 @@ impl Store {
     /// column's metric, with a `_distance` column, nearest first. Searches the
     /// base table (through its vector index when built) and every unmerged
     /// generation; `query.filter` is applied first.
+    /// On a store with record capabilities only visible rows are searched.
     pub async fn nearest(&self, query: &VectorQuery) -> Result<RecordBatch> {
+        let mut visible = query.clone();
+        if let Some(hide) = self
+            .visibility_filter(&crate::read::Visibility::default())
+            .await?
+        {
+            if let Some(user) = &visible.filter {
+                crate::read::check_filter_columns(&self.schemas.logical, user)?;
+            }
+            visible.filter = Some(match visible.filter.take() {
+                Some(user) => format!("({user}) AND {hide}"),
+                None => hide,
+            });
+        }
+        let query = &visible;
         let declared = self
             .engine
             .settings
@@ -342,11 +382,23 @@ impl Store {
         writer.reclaim(&dataset).await
     }
 
-    /// Scan as a stream of batches in the logical schema.
+    /// Scan as a stream of batches in the logical schema. A store with record
+    /// capabilities shows only visible rows unless the request's
+    /// [`crate::Visibility`] says otherwise.
     pub async fn scan_stream(&self, request: ScanRequest) -> Result<BatchStream> {
+        let request = self.with_visibility(request).await?;
         let view = self.engine.view().await?;
         let (plan, projection) = plan_scan(&view, &self.schemas, &request).await?;
         execute(plan, self.schemas.clone(), projection)
+    }
+
+    /// Scan into one batch with no visibility rules applied.
+    pub(crate) async fn scan_raw(&self, request: ScanRequest) -> Result<RecordBatch> {
+        let schema = self.output_schema(request.projection.as_deref())?;
+        let view = self.engine.view().await?;
+        let (plan, projection) = plan_scan(&view, &self.schemas, &request).await?;
+        let batches = collect(execute(plan, self.schemas.clone(), projection)?).await?;
+        Ok(concat_batches(&schema, &batches)?)
     }
 
     /// Scan into one batch.
@@ -358,6 +410,7 @@ impl Store {
 
     /// The plan a scan would run, for operators (`EXPLAIN`).
     pub async fn explain(&self, request: ScanRequest) -> Result<String> {
+        let request = self.with_visibility(request).await?;
         let view = self.engine.view().await?;
         let (plan, _) = plan_scan(&view, &self.schemas, &request).await?;
         Ok(displayable(plan.as_ref()).indent(true).to_string())
@@ -389,8 +442,22 @@ impl Store {
         self.lookup(ids, None).await
     }
 
-    /// [`Self::get_many`] returning only `projection`'s columns.
+    /// [`Self::get_many`] returning only `projection`'s columns. With the
+    /// tombstones capability a deleted key reads as absent (no other
+    /// visibility rule applies to lookups by key).
     pub async fn lookup(&self, ids: &[&str], projection: Option<&[String]>) -> Result<RecordBatch> {
+        if self.capabilities.tombstones {
+            return self.lookup_live(ids, projection).await;
+        }
+        self.lookup_any(ids, projection).await
+    }
+
+    /// Lookup by key, tombstones included.
+    pub(crate) async fn lookup_any(
+        &self,
+        ids: &[&str],
+        projection: Option<&[String]>,
+    ) -> Result<RecordBatch> {
         let schema = self.output_schema(projection)?;
         if ids.is_empty() {
             return Ok(RecordBatch::new_empty(schema));

@@ -238,7 +238,7 @@ impl Plugin for Context {
             tombstones: true,
             supersession: true,
             lifecycle: true,
-            unique_secondary_key: true,
+            unique_keys: true,
         };
         Ok(declaration)
     }

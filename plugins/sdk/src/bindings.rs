@@ -43,8 +43,8 @@ fn declaration(d: Declaration) -> Result<SchemaDecl, DescribeError> {
     if d.capabilities.lifecycle {
         capabilities |= types::Capabilities::LIFECYCLE;
     }
-    if d.capabilities.unique_secondary_key {
-        capabilities |= types::Capabilities::UNIQUE_SECONDARY_KEY;
+    if d.capabilities.unique_keys {
+        capabilities |= types::Capabilities::UNIQUE_KEYS;
     }
     Ok(SchemaDecl {
         name: d.name,

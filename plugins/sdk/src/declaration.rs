@@ -40,7 +40,8 @@ pub struct Capabilities {
     pub tombstones: bool,
     pub supersession: bool,
     pub lifecycle: bool,
-    pub unique_secondary_key: bool,
+    /// Key and secondary key unique among stored non-tombstone records.
+    pub unique_keys: bool,
 }
 
 /// A named query: a filter template with `{param}` placeholders and an order.

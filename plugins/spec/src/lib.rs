@@ -74,7 +74,7 @@ impl Plugin for SpecPlugin {
             tombstones: spec.has("tombstones"),
             supersession: spec.has("supersession"),
             lifecycle: spec.has("lifecycle"),
-            unique_secondary_key: spec.has("unique_secondary_key"),
+            unique_keys: spec.has("unique_keys"),
         };
         Ok(d)
     }

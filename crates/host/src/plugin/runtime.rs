@@ -552,10 +552,7 @@ impl LoadedPlugin {
             (bindings::Capabilities::TOMBSTONES, "tombstones"),
             (bindings::Capabilities::SUPERSESSION, "supersession"),
             (bindings::Capabilities::LIFECYCLE, "lifecycle"),
-            (
-                bindings::Capabilities::UNIQUE_SECONDARY_KEY,
-                "unique_secondary_key",
-            ),
+            (bindings::Capabilities::UNIQUE_KEYS, "unique_keys"),
         ] {
             if decl.capabilities.contains(flag) {
                 spec.capabilities.push(name.to_string());

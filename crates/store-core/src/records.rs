@@ -1,0 +1,687 @@
+//! Record semantics a schema opts into ([`RecordCapabilities`]), applied by
+//! the engine for any schema that declares them — the old context store's
+//! behaviour, made generic:
+//!
+//! - **Tombstones**: [`Store::tombstone`] / [`Store::tombstone_by_secondary_key`]
+//!   find the *visible* rows and append, for each, a row with the same key whose
+//!   `content_type` is [`TOMBSTONE_CONTENT_TYPE`] (newest wins, so the record
+//!   reads as gone); the tombstone keeps the row's non-nullable columns and its
+//!   secondary key, gets `lifecycle_status` "active" (lifecycle) and
+//!   `created_at` = now when those columns exist, and nulls elsewhere. Callers
+//!   may not write the tombstone value. A key whose newest row is a tombstone
+//!   is free to be added again.
+//! - **Visibility** (scans and counts; lookups by key only hide tombstones): a
+//!   row is shown unless it is a tombstone; or expired (`expires_at` ≤ now); or
+//!   retired — `lifecycle_status` other than active/contradicted (null reads as
+//!   active), or `retired_at` / `superseded_by_id` set; or superseded — some
+//!   row (hidden ones included) names it in `supersedes_id`. Each rule is
+//!   lifted by [`crate::Visibility`].
+//! - **Unique keys** on add: a key or secondary key repeated within the batch,
+//!   or held by a stored row that is not a tombstone (hidden rows included),
+//!   is refused — the first offender in input order.
+//! - **Upsert** by the secondary key ([`Store::upsert`]): every row needs one;
+//!   among visible records 0 matches → inserted, 1 → the new row supersedes it
+//!   (`supersedes_id` = its key), more → refused; a secondary key held only by
+//!   hidden non-tombstone rows → "already exists". All or nothing, one write.
+//! - **Patch as a new version** ([`Store::patch`]): the visible target (by key
+//!   or secondary key) is copied under a new key with `supersedes_id` = the old
+//!   key, `superseded_by_id` null, `created_at` = now, and each non-null patch
+//!   column overwriting; nothing found → `None`.
+//!
+//! Check-then-write operations of one store handle are serialised; two
+//! processes writing one store must not race on the same keys (the default
+//! single-writer policy allows one writing instance).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, new_null_array};
+use arrow_schema::{DataType, Schema, TimeUnit};
+
+use crate::config::RecordCapabilities;
+use crate::error::{BatchProblem, Error, Result};
+use crate::read::{ScanRequest, Visibility};
+use crate::store::Store;
+
+/// The reserved `content_type` of a tombstone row.
+pub const TOMBSTONE_CONTENT_TYPE: &str = "application/vnd.lance-context.tombstone";
+
+const CONTENT_TYPE: &str = "content_type";
+const SUPERSEDES: &str = "supersedes_id";
+const SUPERSEDED_BY: &str = "superseded_by_id";
+const EXPIRES_AT: &str = "expires_at";
+const STATUS: &str = "lifecycle_status";
+const RETIRED_AT: &str = "retired_at";
+const CREATED_AT: &str = "created_at";
+
+/// What an upsert did with one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpsertOutcome {
+    /// The new row's key.
+    pub id: String,
+    /// True when no visible record had the secondary key.
+    pub inserted: bool,
+    /// The key of the record it replaced (superseded).
+    pub replaced_id: Option<String>,
+}
+
+/// Which record a patch targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchTarget {
+    /// By key.
+    Id(String),
+    /// By secondary key.
+    SecondaryKey(String),
+}
+
+/// A new version built by [`Store::patch_version`], not yet written.
+#[derive(Debug, Clone)]
+pub struct PatchedVersion {
+    /// One row: the new version.
+    pub row: RecordBatch,
+    /// Its key.
+    pub id: String,
+    /// The key it supersedes.
+    pub replaced_id: String,
+}
+
+/// The columns each capability needs, checked when a store opens.
+pub(crate) fn check_capabilities(caps: &RecordCapabilities, schema: &Schema) -> Result<()> {
+    let need = |column: &str, timestamp: bool, what: &str| -> Result<()> {
+        let ok = match schema.field_with_name(column).map(|f| f.data_type()) {
+            Ok(DataType::Timestamp(_, _)) => timestamp,
+            Ok(DataType::Utf8) => !timestamp,
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument(format!(
+                "the {what} capability needs a {} column '{column}'",
+                if timestamp { "Timestamp" } else { "Utf8" }
+            )))
+        }
+    };
+    if caps.tombstones {
+        need(CONTENT_TYPE, false, "tombstones")?;
+    }
+    if caps.supersession {
+        need(SUPERSEDES, false, "supersession")?;
+    }
+    if caps.lifecycle {
+        need(EXPIRES_AT, true, "lifecycle")?;
+        need(STATUS, false, "lifecycle")?;
+        need(RETIRED_AT, true, "lifecycle")?;
+    }
+    if let Some(key) = &caps.secondary_key {
+        need(key, false, "secondary key")?;
+    }
+    if caps.unique_keys && caps.secondary_key.is_none() && !caps.tombstones {
+        // Unique keys alone are meaningful; nothing more to check.
+    }
+    Ok(())
+}
+
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+fn in_list(column: &str, values: &[&str]) -> String {
+    let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
+    format!("{column} IN ({})", list.join(", "))
+}
+
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+fn timestamp_literal(micros: i64) -> String {
+    match arrow_array::temporal_conversions::timestamp_us_to_datetime(micros) {
+        Some(t) => format!("TIMESTAMP '{}'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
+        None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
+    }
+}
+
+/// `rows` of a Utf8 column, null for absent columns or null values.
+fn strings(batch: &RecordBatch, column: &str) -> Vec<Option<String>> {
+    match batch.column_by_name(column) {
+        Some(c) if c.data_type() == &DataType::Utf8 => c
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect(),
+        _ => vec![None; batch.num_rows()],
+    }
+}
+
+/// A column of `n` copies of a timestamp, in `data_type`'s unit and zone.
+fn timestamps(data_type: &DataType, micros: i64, n: usize) -> Result<ArrayRef> {
+    let us: ArrayRef = Arc::new(arrow_array::TimestampMicrosecondArray::from(vec![
+        micros;
+        n
+    ]));
+    match data_type {
+        DataType::Timestamp(TimeUnit::Microsecond, None) => Ok(us),
+        other => Ok(arrow_cast::cast(&us, other)?),
+    }
+}
+
+impl Store {
+    /// The filter that hides what `visibility` does not show, or `None`.
+    pub(crate) async fn visibility_filter(&self, v: &Visibility) -> Result<Option<String>> {
+        let caps = &self.capabilities;
+        let schema = &self.schemas.logical;
+        let mut parts = Vec::new();
+        if caps.tombstones && !v.include_tombstones {
+            parts.push(format!(
+                "({CONTENT_TYPE} IS NULL OR {CONTENT_TYPE} <> {})",
+                quote(TOMBSTONE_CONTENT_TYPE)
+            ));
+        }
+        if caps.lifecycle && !v.include_expired {
+            let now = v.now_micros.unwrap_or_else(now_micros);
+            parts.push(format!(
+                "({EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {})",
+                timestamp_literal(now)
+            ));
+        }
+        if caps.lifecycle && !v.include_retired {
+            let mut p = format!(
+                "(({STATUS} IS NULL OR {STATUS} IN ('active', 'contradicted')) AND {RETIRED_AT} IS NULL"
+            );
+            if schema.field_with_name(SUPERSEDED_BY).is_ok() {
+                p.push_str(&format!(" AND {SUPERSEDED_BY} IS NULL"));
+            }
+            p.push(')');
+            parts.push(p);
+        }
+        if caps.supersession && !v.include_retired {
+            let superseded = self.superseded_keys().await?;
+            if !superseded.is_empty() {
+                let refs: Vec<&str> = superseded.iter().map(String::as_str).collect();
+                parts.push(format!("NOT ({})", in_list(&self.schemas.key, &refs)));
+            }
+        }
+        Ok((!parts.is_empty()).then(|| parts.join(" AND ")))
+    }
+
+    /// `request` with the visibility rules added to its filter.
+    pub(crate) async fn with_visibility(&self, mut request: ScanRequest) -> Result<ScanRequest> {
+        if self.capabilities == RecordCapabilities::default() {
+            return Ok(request);
+        }
+        if let Some(user) = &request.filter {
+            crate::read::check_filter_columns(&self.schemas.logical, user)?;
+        }
+        if let Some(hide) = self.visibility_filter(&request.visibility).await? {
+            request.filter = Some(match request.filter.take() {
+                Some(user) => format!("({user}) AND {hide}"),
+                None => hide,
+            });
+        }
+        request.visibility = Visibility::all();
+        Ok(request)
+    }
+
+    /// Every key some row (hidden rows included) names in `supersedes_id`,
+    /// other than its own.
+    async fn superseded_keys(&self) -> Result<HashSet<String>> {
+        let key = self.schemas.key.clone();
+        let rows = self
+            .scan_raw(
+                ScanRequest::new()
+                    .filter(format!("{SUPERSEDES} IS NOT NULL"))
+                    .project([key.clone(), SUPERSEDES.to_string()]),
+            )
+            .await?;
+        let ids = strings(&rows, &key);
+        Ok(strings(&rows, SUPERSEDES)
+            .into_iter()
+            .zip(ids)
+            .filter_map(|(s, id)| s.filter(|s| Some(s) != id.as_ref()))
+            .collect())
+    }
+
+    /// Rows whose `column` is one of `values`, under `visibility`.
+    async fn rows_where(
+        &self,
+        column: &str,
+        values: &[&str],
+        visibility: Visibility,
+    ) -> Result<RecordBatch> {
+        if values.is_empty() {
+            return Ok(RecordBatch::new_empty(self.schemas.logical.clone()));
+        }
+        self.scan(
+            ScanRequest::new()
+                .filter(in_list(column, values))
+                .visibility(visibility),
+        )
+        .await
+    }
+
+    /// Lookup by key hiding tombstones.
+    pub(crate) async fn lookup_live(
+        &self,
+        ids: &[&str],
+        projection: Option<&[String]>,
+    ) -> Result<RecordBatch> {
+        let mut wanted: Vec<String> = match projection {
+            Some(p) => p.to_vec(),
+            None => self
+                .schemas
+                .logical
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+        };
+        let added = !wanted.iter().any(|c| c == CONTENT_TYPE);
+        if added {
+            wanted.push(CONTENT_TYPE.to_string());
+        }
+        let found = self.lookup_any(ids, Some(&wanted)).await?;
+        let keep: arrow_array::BooleanArray = strings(&found, CONTENT_TYPE)
+            .iter()
+            .map(|c| Some(c.as_deref() != Some(TOMBSTONE_CONTENT_TYPE)))
+            .collect();
+        let live = arrow_select::filter::filter_record_batch(&found, &keep)?;
+        if added {
+            let n = live.num_columns();
+            return Ok(live.project(&(0..n - 1).collect::<Vec<_>>())?);
+        }
+        Ok(live)
+    }
+
+    /// The checks on rows about to become new records: the tombstone value
+    /// refused; with unique keys, repeats in the batch and keys already held
+    /// by non-tombstone rows refused (`check_secondary`: the secondary key too).
+    pub(crate) async fn check_new_records(
+        &self,
+        batch: &RecordBatch,
+        check_secondary: bool,
+    ) -> Result<()> {
+        let caps = &self.capabilities;
+        if caps.tombstones
+            && let Some(row) = strings(batch, CONTENT_TYPE)
+                .iter()
+                .position(|c| c.as_deref() == Some(TOMBSTONE_CONTENT_TYPE))
+        {
+            return Err(Error::batch(BatchProblem::ReservedValue {
+                column: CONTENT_TYPE.into(),
+                row,
+            }));
+        }
+        if !caps.unique_keys {
+            return Ok(());
+        }
+        let mut columns = vec![self.schemas.key.clone()];
+        if check_secondary && let Some(s) = &caps.secondary_key {
+            columns.push(s.clone());
+        }
+        // Every problem is found, then the first in input order is reported.
+        let mut problems: Vec<BatchProblem> = Vec::new();
+        for column in &columns {
+            let values = strings(batch, column);
+            let mut first: HashMap<&str, usize> = HashMap::new();
+            for (row, v) in values.iter().enumerate() {
+                let Some(v) = v.as_deref().filter(|v| !v.is_empty()) else {
+                    continue;
+                };
+                if let Some(&first_row) = first.get(v) {
+                    problems.push(BatchProblem::DuplicateInBatch {
+                        column: column.clone(),
+                        row,
+                        first_row,
+                        value: v.to_string(),
+                    });
+                } else {
+                    first.insert(v, row);
+                }
+            }
+            let wanted: Vec<&str> = first.keys().copied().collect();
+            let held = self
+                .rows_where(
+                    column,
+                    &wanted,
+                    Visibility {
+                        include_tombstones: false,
+                        ..Visibility::all()
+                    },
+                )
+                .await?;
+            let held: HashSet<String> = strings(&held, column).into_iter().flatten().collect();
+            for (row, v) in values.iter().enumerate() {
+                if let Some(v) = v.as_deref().filter(|v| held.contains(*v))
+                    && first.get(v) == Some(&row)
+                {
+                    problems.push(BatchProblem::AlreadyExists {
+                        column: column.clone(),
+                        row,
+                        value: v.to_string(),
+                    });
+                }
+            }
+        }
+        match problems.into_iter().min_by_key(|p| p.row()) {
+            Some(problem) => Err(Error::batch(problem)),
+            None => Ok(()),
+        }
+    }
+
+    fn need(&self, what: &str, on: bool) -> Result<()> {
+        if on {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument(format!(
+                "this store's schema does not declare the {what} capability"
+            )))
+        }
+    }
+
+    fn secondary_key(&self) -> Result<&str> {
+        self.capabilities
+            .secondary_key
+            .as_deref()
+            .ok_or_else(|| Error::invalid_argument("this store's schema declares no secondary key"))
+    }
+
+    /// Delete records by key: a tombstone for each key with a visible row.
+    /// Returns, per key given, whether it was deleted (false: no visible row).
+    pub async fn tombstone(&self, ids: &[&str]) -> Result<Vec<bool>> {
+        let key = self.schemas.key.clone();
+        self.tombstone_where(&key, ids).await
+    }
+
+    /// Delete records by secondary key (every visible row holding it).
+    pub async fn tombstone_by_secondary_key(&self, values: &[&str]) -> Result<Vec<bool>> {
+        let column = self.secondary_key()?.to_string();
+        self.tombstone_where(&column, values).await
+    }
+
+    async fn tombstone_where(&self, column: &str, values: &[&str]) -> Result<Vec<bool>> {
+        self.need("tombstones", self.capabilities.tombstones)?;
+        let _guard = self.record_lock.lock().await;
+        let found = self
+            .rows_where(column, values, Visibility::default())
+            .await?;
+        let held = strings(&found, column);
+        let deleted: Vec<bool> = values
+            .iter()
+            .map(|v| held.iter().any(|h| h.as_deref() == Some(*v)))
+            .collect();
+        if found.num_rows() == 0 {
+            return Ok(deleted);
+        }
+        let n = found.num_rows();
+        let now = now_micros();
+        let schema = self.schemas.logical.clone();
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let name = field.name().as_str();
+            let given = found
+                .column_by_name(name)
+                .ok_or_else(|| Error::internal(format!("scan lacks column '{name}'")))?;
+            let column: ArrayRef = if name == CONTENT_TYPE {
+                Arc::new(StringArray::from(vec![TOMBSTONE_CONTENT_TYPE; n]))
+            } else if name == STATUS && self.capabilities.lifecycle {
+                Arc::new(StringArray::from(vec!["active"; n]))
+            } else if name == CREATED_AT && matches!(field.data_type(), DataType::Timestamp(_, _)) {
+                timestamps(field.data_type(), now, n)?
+            } else if !field.is_nullable()
+                || name == self.schemas.key
+                || Some(name) == self.capabilities.secondary_key.as_deref()
+            {
+                given.clone()
+            } else {
+                new_null_array(field.data_type(), n)
+            };
+            columns.push(column);
+        }
+        let tombstones = RecordBatch::try_new(schema, columns)?;
+        let conformed = self.schemas.conform_for_write(&tombstones)?;
+        self.write_conformed(conformed).await?;
+        Ok(deleted)
+    }
+
+    /// Insert or replace records by their secondary key (see the module docs).
+    /// Returns what happened to each row, in input order.
+    pub async fn upsert(&self, batch: &RecordBatch) -> Result<Vec<UpsertOutcome>> {
+        self.need("supersession", self.capabilities.supersession)?;
+        let column = self.secondary_key()?.to_string();
+        let _guard = self.record_lock.lock().await;
+        let conformed = self.schemas.conform_for_write(batch)?;
+        let keys = strings(&conformed, &column);
+        if let Some(row) = keys
+            .iter()
+            .position(|k| k.as_deref().is_none_or(str::is_empty))
+        {
+            return Err(Error::batch(BatchProblem::MissingSecondaryKey {
+                column,
+                row,
+            }));
+        }
+        let keys: Vec<String> = keys.into_iter().flatten().collect();
+        // Ids unique, and the secondary key unique within the batch.
+        self.check_new_records(&conformed, false).await?;
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        for (row, k) in keys.iter().enumerate() {
+            if let Some(&first_row) = first.get(k.as_str()) {
+                return Err(Error::batch(BatchProblem::DuplicateInBatch {
+                    column,
+                    row,
+                    first_row,
+                    value: k.clone(),
+                }));
+            }
+            first.insert(k, row);
+        }
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let visible = self
+            .rows_where(&column, &refs, Visibility::default())
+            .await?;
+        let held = self
+            .rows_where(
+                &column,
+                &refs,
+                Visibility {
+                    include_tombstones: false,
+                    ..Visibility::all()
+                },
+            )
+            .await?;
+        let visible_keys = strings(&visible, &column);
+        let visible_ids = strings(&visible, &self.schemas.key);
+        let held_keys: HashSet<String> = strings(&held, &column).into_iter().flatten().collect();
+        let ids = strings(&conformed, &self.schemas.key);
+        let mut outcomes = Vec::with_capacity(keys.len());
+        let mut supersedes: Vec<Option<String>> = Vec::with_capacity(keys.len());
+        for (row, k) in keys.iter().enumerate() {
+            let matches: Vec<&String> = visible_keys
+                .iter()
+                .zip(&visible_ids)
+                .filter(|(vk, _)| vk.as_deref() == Some(k.as_str()))
+                .filter_map(|(_, id)| id.as_ref())
+                .collect();
+            let id = ids[row].clone().unwrap_or_default();
+            match matches.as_slice() {
+                [] if held_keys.contains(k) => {
+                    return Err(Error::batch(BatchProblem::AlreadyExists {
+                        column,
+                        row,
+                        value: k.clone(),
+                    }));
+                }
+                [] => {
+                    supersedes.push(None);
+                    outcomes.push(UpsertOutcome {
+                        id,
+                        inserted: true,
+                        replaced_id: None,
+                    });
+                }
+                [old] => {
+                    supersedes.push(Some((*old).clone()));
+                    outcomes.push(UpsertOutcome {
+                        id,
+                        inserted: false,
+                        replaced_id: Some((*old).clone()),
+                    });
+                }
+                many => {
+                    return Err(Error::batch(BatchProblem::Ambiguous {
+                        column,
+                        row,
+                        value: k.clone(),
+                        matches: many.len(),
+                    }));
+                }
+            }
+        }
+        // The caller's supersedes_id / superseded_by_id are ignored.
+        let schema = conformed.schema();
+        let mut columns = conformed.columns().to_vec();
+        if let Ok(i) = schema.index_of(SUPERSEDES) {
+            columns[i] = Arc::new(StringArray::from(supersedes));
+        }
+        if let Ok(i) = schema.index_of(SUPERSEDED_BY) {
+            columns[i] = new_null_array(schema.field(i).data_type(), conformed.num_rows());
+        }
+        let rows = RecordBatch::try_new(schema, columns)?;
+        self.write_conformed(rows).await?;
+        Ok(outcomes)
+    }
+
+    /// Build the new version a patch makes (not written): see the module docs.
+    /// `patch` is one row of patchable columns (by name; nulls leave a column
+    /// as it was); the key, the secondary key, `supersedes_id`,
+    /// `superseded_by_id` and `created_at` are not patchable. `None` when no
+    /// visible record matches.
+    pub async fn patch_version(
+        &self,
+        target: &PatchTarget,
+        patch: &RecordBatch,
+        new_id: &str,
+    ) -> Result<Option<PatchedVersion>> {
+        self.need("supersession", self.capabilities.supersession)?;
+        if patch.num_rows() != 1 {
+            return Err(Error::invalid_argument(format!(
+                "a patch is one row, got {}",
+                patch.num_rows()
+            )));
+        }
+        let fixed = [
+            self.schemas.key.as_str(),
+            SUPERSEDES,
+            SUPERSEDED_BY,
+            CREATED_AT,
+            self.capabilities.secondary_key.as_deref().unwrap_or(""),
+        ];
+        let mut changes = 0;
+        for (field, column) in patch.schema().fields().iter().zip(patch.columns()) {
+            let name = field.name().as_str();
+            if fixed.contains(&name) {
+                return Err(Error::invalid_argument(format!(
+                    "'{name}' cannot be patched"
+                )));
+            }
+            let declared =
+                self.schemas.logical.field_with_name(name).map_err(|_| {
+                    Error::invalid_argument(format!("patch: unknown column '{name}'"))
+                })?;
+            if declared.data_type() != column.data_type() {
+                return Err(Error::invalid_argument(format!(
+                    "patch: column '{name}' has type {}, expected {}",
+                    column.data_type(),
+                    declared.data_type()
+                )));
+            }
+            if column.is_valid(0) {
+                changes += 1;
+            }
+        }
+        if changes == 0 {
+            return Err(Error::invalid_argument("the patch changes nothing"));
+        }
+        let (column, value) = match target {
+            PatchTarget::Id(id) => (self.schemas.key.clone(), id.as_str()),
+            PatchTarget::SecondaryKey(k) => (self.secondary_key()?.to_string(), k.as_str()),
+        };
+        let found = self
+            .rows_where(&column, &[value], Visibility::default())
+            .await?;
+        let old = match found.num_rows() {
+            0 => return Ok(None),
+            1 => found,
+            n => {
+                return Err(Error::invalid_argument(format!(
+                    "{column} '{value}' matches {n} visible records"
+                )));
+            }
+        };
+        let old_id = strings(&old, &self.schemas.key)[0]
+            .clone()
+            .unwrap_or_default();
+        let now = now_micros();
+        let schema = self.schemas.logical.clone();
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let name = field.name().as_str();
+            let column: ArrayRef = if name == self.schemas.key {
+                Arc::new(StringArray::from(vec![new_id]))
+            } else if name == SUPERSEDES {
+                Arc::new(StringArray::from(vec![old_id.as_str()]))
+            } else if name == SUPERSEDED_BY {
+                new_null_array(field.data_type(), 1)
+            } else if name == CREATED_AT && matches!(field.data_type(), DataType::Timestamp(_, _)) {
+                timestamps(field.data_type(), now, 1)?
+            } else {
+                match patch.column_by_name(name).filter(|c| c.is_valid(0)) {
+                    Some(c) => c.clone(),
+                    None => old
+                        .column_by_name(name)
+                        .cloned()
+                        .ok_or_else(|| Error::internal(format!("scan lacks column '{name}'")))?,
+                }
+            };
+            columns.push(column);
+        }
+        Ok(Some(PatchedVersion {
+            row: RecordBatch::try_new(schema, columns)?,
+            id: new_id.to_string(),
+            replaced_id: old_id,
+        }))
+    }
+
+    /// Write new versions of existing records (rows built by
+    /// [`Self::patch_version`], possibly transformed): their keys must be new;
+    /// their secondary keys are those of the records they supersede.
+    pub async fn add_new_versions(&self, batch: &RecordBatch) -> Result<()> {
+        let _guard = self.record_lock.lock().await;
+        let conformed = self.schemas.conform_for_write(batch)?;
+        self.check_new_records(&conformed, false).await?;
+        self.write_conformed(conformed).await?;
+        Ok(())
+    }
+
+    /// Patch a record as a new version under a fresh key (UUIDv7):
+    /// [`Self::patch_version`] then [`Self::add_new_versions`].
+    pub async fn patch(
+        &self,
+        target: &PatchTarget,
+        patch: &RecordBatch,
+    ) -> Result<Option<PatchedVersion>> {
+        let Some(version) = self
+            .patch_version(target, patch, &crate::generate_id())
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.add_new_versions(&version.row).await?;
+        Ok(Some(version))
+    }
+}

@@ -1,0 +1,547 @@
+//! Record capabilities applied by the engine to any schema that declares them
+//! (here a small context-like schema, no plugin): tombstones, supersession,
+//! lifecycle visibility, unique keys, upsert, patch as a new version.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use lance_context_store::{
+    BatchProblem, Error, ErrorKind, PRIMARY_KEY_METADATA, PatchTarget, RecordCapabilities,
+    ScanRequest, SortKey, Store, StoreConfig, TOMBSTONE_CONTENT_TYPE, Visibility,
+};
+
+use crate::support::temp_uri;
+
+const NOW: i64 = 1_800_000_000_000_000;
+
+fn schema() -> SchemaRef {
+    let ts = |n: &str, nullable| {
+        Field::new(
+            n,
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            nullable,
+        )
+    };
+    let s = |n: &str, nullable| Field::new(n, DataType::Utf8, nullable);
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false).with_metadata(HashMap::from([(
+            PRIMARY_KEY_METADATA.to_string(),
+            "true".to_string(),
+        )])),
+        s("external_id", true),
+        s("run_id", false),
+        ts("created_at", false),
+        s("text", true),
+        ts("expires_at", true),
+        s("lifecycle_status", false),
+        ts("retired_at", true),
+        s("supersedes_id", true),
+        s("superseded_by_id", true),
+        s("content_type", false),
+    ]))
+}
+
+async fn store(uri: &str) -> Store {
+    Store::create(
+        StoreConfig::new(uri)
+            .with_schema(schema())
+            .with_manual_maintenance()
+            .with_capabilities(RecordCapabilities {
+                tombstones: true,
+                supersession: true,
+                lifecycle: true,
+                unique_keys: true,
+                secondary_key: Some("external_id".into()),
+            }),
+    )
+    .await
+    .unwrap()
+}
+
+/// A record: (id, external_id, text) and optional overrides by column.
+fn records(rows: &[(&str, Option<&str>, &str)], set: &[(&str, Vec<Option<&str>>)]) -> RecordBatch {
+    let n = rows.len();
+    let col = |name: &str, default: Vec<Option<String>>| -> ArrayRef {
+        match set.iter().find(|(c, _)| *c == name) {
+            Some((_, v)) => Arc::new(StringArray::from(v.clone())),
+            None => Arc::new(StringArray::from(default)),
+        }
+    };
+    let ts = |name: &str| -> ArrayRef {
+        match set.iter().find(|(c, _)| *c == name) {
+            Some((_, v)) => Arc::new(TimestampMicrosecondArray::from(
+                v.iter()
+                    .map(|x| x.map(|x| x.parse::<i64>().unwrap()))
+                    .collect::<Vec<_>>(),
+            )),
+            None => Arc::new(TimestampMicrosecondArray::from(vec![None::<i64>; n])),
+        }
+    };
+    let some = |f: &dyn Fn(usize) -> String| (0..n).map(|i| Some(f(i))).collect::<Vec<_>>();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            col("id", some(&|i| rows[i].0.to_string())),
+            col(
+                "external_id",
+                rows.iter().map(|r| r.1.map(str::to_string)).collect(),
+            ),
+            col("run_id", some(&|_| "run".to_string())),
+            Arc::new(TimestampMicrosecondArray::from(vec![NOW - 10; n])),
+            col("text", some(&|i| rows[i].2.to_string())),
+            ts("expires_at"),
+            col("lifecycle_status", some(&|_| "active".to_string())),
+            ts("retired_at"),
+            col("supersedes_id", vec![None; n]),
+            col("superseded_by_id", vec![None; n]),
+            col("content_type", some(&|_| "text/plain".to_string())),
+        ],
+    )
+    .unwrap()
+}
+
+fn ids(batch: &RecordBatch) -> Vec<String> {
+    let mut v: Vec<String> = batch
+        .column_by_name("id")
+        .unwrap()
+        .as_string::<i32>()
+        .iter()
+        .map(|s| s.unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+async fn visible(store: &Store, v: Visibility) -> Vec<String> {
+    ids(&store
+        .scan(
+            ScanRequest::new()
+                .order_by(SortKey::asc("id"))
+                .visibility(v),
+        )
+        .await
+        .unwrap())
+}
+
+fn problem(err: &Error) -> &BatchProblem {
+    match err {
+        Error::InvalidBatch { problem } => problem,
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_hide_a_record_and_free_its_key() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    store
+        .add(&records(
+            &[("a", Some("ea"), "one"), ("b", Some("eb"), "two")],
+            &[],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.tombstone(&["a", "missing"]).await.unwrap(),
+        [true, false]
+    );
+    assert!(
+        store.get("a").await.unwrap().is_none(),
+        "a deleted key reads as absent"
+    );
+    assert_eq!(visible(&store, Visibility::default()).await, ["b"]);
+    assert_eq!(store.count(None).await.unwrap(), 1);
+    // The tombstone row is there for whoever asks, keeping the key, the
+    // secondary key and the non-null columns, nulls elsewhere.
+    let all = store
+        .scan(
+            ScanRequest::new()
+                .filter("id = 'a'")
+                .visibility(Visibility::all()),
+        )
+        .await
+        .unwrap();
+    let s = |c: &str| all.column_by_name(c).unwrap().as_string::<i32>().clone();
+    assert_eq!(s("content_type").value(0), TOMBSTONE_CONTENT_TYPE);
+    assert_eq!(s("external_id").value(0), "ea");
+    assert_eq!(s("run_id").value(0), "run");
+    assert!(s("text").is_null(0));
+    // By secondary key; deleting twice finds nothing the second time.
+    assert_eq!(
+        store.tombstone_by_secondary_key(&["eb"]).await.unwrap(),
+        [true]
+    );
+    assert_eq!(store.tombstone(&["b"]).await.unwrap(), [false]);
+    assert_eq!(store.count(None).await.unwrap(), 0);
+    // A key whose only row is a tombstone is free again, and so is its
+    // secondary key.
+    store
+        .add(&records(&[("a", Some("ea"), "again")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(visible(&store, Visibility::default()).await, ["a"]);
+    // Callers may not write the tombstone value.
+    let err = store
+        .add(&records(
+            &[("c", None, "x")],
+            &[("content_type", vec![Some(TOMBSTONE_CONTENT_TYPE)])],
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(problem(&err), BatchProblem::ReservedValue { row: 0, column } if column == "content_type"),
+        "{err}"
+    );
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_and_supersession_decide_what_reads_show() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let past = (NOW - 1).to_string();
+    let future = (NOW + 1_000_000).to_string();
+    store
+        .add(&records(
+            &[
+                ("expired", None, ""),
+                ("later", None, ""),
+                ("retired", None, ""),
+                ("archived", None, ""),
+                ("contradicted", None, ""),
+                ("retired_at", None, ""),
+                ("superseded_by", None, ""),
+                ("old", None, ""),
+                ("new", None, ""),
+                ("self", None, ""),
+            ],
+            &[
+                (
+                    "expires_at",
+                    vec![
+                        Some(past.as_str()),
+                        Some(future.as_str()),
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                    ],
+                ),
+                (
+                    "lifecycle_status",
+                    vec![
+                        Some("active"),
+                        Some("active"),
+                        Some("retired"),
+                        Some("archived"),
+                        Some("contradicted"),
+                        Some("active"),
+                        Some("active"),
+                        Some("active"),
+                        Some("active"),
+                        Some("active"),
+                    ],
+                ),
+                (
+                    "retired_at",
+                    vec![
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        Some("5"),
+                        None,
+                        None,
+                        None,
+                        None,
+                    ],
+                ),
+                (
+                    "superseded_by_id",
+                    vec![
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        Some("x"),
+                        None,
+                        None,
+                        None,
+                    ],
+                ),
+                (
+                    "supersedes_id",
+                    vec![
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        Some("old"),
+                        Some("self"),
+                    ],
+                ),
+            ],
+        ))
+        .await
+        .unwrap();
+    let at = |v: Visibility| Visibility {
+        now_micros: Some(NOW),
+        ..v
+    };
+    assert_eq!(
+        visible(&store, at(Visibility::default())).await,
+        ["contradicted", "later", "new", "self"]
+    );
+    assert_eq!(
+        visible(
+            &store,
+            at(Visibility {
+                include_expired: true,
+                ..Visibility::default()
+            })
+        )
+        .await,
+        ["contradicted", "expired", "later", "new", "self"]
+    );
+    assert_eq!(
+        visible(
+            &store,
+            at(Visibility {
+                include_retired: true,
+                ..Visibility::default()
+            })
+        )
+        .await,
+        [
+            "archived",
+            "contradicted",
+            "later",
+            "new",
+            "old",
+            "retired",
+            "retired_at",
+            "self",
+            "superseded_by"
+        ]
+    );
+    // Later than `later`'s expiry it is gone too.
+    let much_later = Visibility {
+        now_micros: Some(NOW + 2_000_000),
+        ..Visibility::default()
+    };
+    assert_eq!(
+        visible(&store, much_later).await,
+        ["contradicted", "new", "self"]
+    );
+    // Lookups by key apply no lifecycle rule.
+    assert!(store.get("old").await.unwrap().is_some());
+    // The user's filter is combined with the rules, and checked.
+    let f = store
+        .scan(
+            ScanRequest::new()
+                .filter("id >= 'n'")
+                .visibility(at(Visibility::default())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&f), ["new", "self"]);
+    let err = store
+        .scan(ScanRequest::new().filter("nope = 1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_keys_reject_in_input_order_and_write_nothing() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    store
+        .add(&records(&[("a", Some("ea"), ""), ("b", None, "")], &[]))
+        .await
+        .unwrap();
+    // Retired and superseded rows still hold their keys.
+    store.tombstone(&["b"]).await.unwrap();
+    let cases: Vec<(RecordBatch, BatchProblem)> = vec![
+        (
+            records(&[("x", None, ""), ("a", None, ""), ("x", None, "")], &[]),
+            BatchProblem::AlreadyExists {
+                column: "id".into(),
+                row: 1,
+                value: "a".into(),
+            },
+        ),
+        (
+            records(&[("x", None, ""), ("y", None, ""), ("x", None, "")], &[]),
+            BatchProblem::DuplicateInBatch {
+                column: "id".into(),
+                row: 2,
+                first_row: 0,
+                value: "x".into(),
+            },
+        ),
+        (
+            records(&[("x", Some("ex"), ""), ("y", Some("ea"), "")], &[]),
+            BatchProblem::AlreadyExists {
+                column: "external_id".into(),
+                row: 1,
+                value: "ea".into(),
+            },
+        ),
+        (
+            records(&[("x", Some("e"), ""), ("y", Some("e"), "")], &[]),
+            BatchProblem::DuplicateInBatch {
+                column: "external_id".into(),
+                row: 1,
+                first_row: 0,
+                value: "e".into(),
+            },
+        ),
+    ];
+    for (batch, expected) in cases {
+        let err = store.add(&batch).await.unwrap_err();
+        assert_eq!(problem(&err), &expected, "{err}");
+    }
+    let err = store
+        .add(&records(&[("a", None, "")], &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+    assert_eq!(visible(&store, Visibility::all()).await, ["a", "b"]);
+    // b's only row is a tombstone: free.
+    store.add(&records(&[("b", None, "")], &[])).await.unwrap();
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upsert_inserts_or_replaces_by_secondary_key_and_patch_makes_a_new_version() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let out = store
+        .upsert(&records(&[("a1", Some("ea"), "v1")], &[]))
+        .await
+        .unwrap();
+    assert!(out[0].inserted && out[0].replaced_id.is_none());
+    // The caller's supersedes_id is ignored.
+    let out = store
+        .upsert(&records(
+            &[("a2", Some("ea"), "v2"), ("b1", Some("eb"), "b")],
+            &[("supersedes_id", vec![Some("zzz"), Some("zzz")])],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (out[0].inserted, out[0].replaced_id.as_deref()),
+        (false, Some("a1"))
+    );
+    assert!(out[1].inserted);
+    assert_eq!(visible(&store, Visibility::default()).await, ["a2", "b1"]);
+    // Every row needs its secondary key; ids must be new.
+    let err = store
+        .upsert(&records(&[("c", None, "")], &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            problem(&err),
+            BatchProblem::MissingSecondaryKey { row: 0, .. }
+        ),
+        "{err}"
+    );
+    let err = store
+        .upsert(&records(&[("a2", Some("ez"), "")], &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(problem(&err), BatchProblem::AlreadyExists { .. }),
+        "{err}"
+    );
+    // A secondary key held only by a hidden (retired) non-tombstone row.
+    store
+        .add(&records(
+            &[("r", Some("er"), "")],
+            &[("lifecycle_status", vec![Some("retired")])],
+        ))
+        .await
+        .unwrap();
+    let err = store
+        .upsert(&records(&[("r2", Some("er"), "")], &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(problem(&err), BatchProblem::AlreadyExists { value, .. } if value == "er"),
+        "{err}"
+    );
+
+    // Patch: a new version under a new key, the old one superseded.
+    let patch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("text", DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec![Some("patched")]))],
+    )
+    .unwrap();
+    let v = store
+        .patch(&PatchTarget::SecondaryKey("ea".into()), &patch)
+        .await
+        .unwrap()
+        .expect("found");
+    assert_eq!(v.replaced_id, "a2");
+    let now = store.get(&v.id).await.unwrap().unwrap();
+    let s = |c: &str| {
+        now.column_by_name(c)
+            .unwrap()
+            .as_string::<i32>()
+            .value(0)
+            .to_string()
+    };
+    assert_eq!(
+        (s("text"), s("supersedes_id"), s("external_id")),
+        ("patched".into(), "a2".into(), "ea".into())
+    );
+    let mut expected = vec!["b1".to_string(), v.id.clone()];
+    expected.sort();
+    assert_eq!(visible(&store, Visibility::default()).await, expected);
+    // Nothing visible to patch; bad patches.
+    assert!(
+        store
+            .patch(&PatchTarget::Id("a1".into()), &patch)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let key_patch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec![Some("z")]))],
+    )
+    .unwrap();
+    let err = store
+        .patch(&PatchTarget::Id("b1".into()), &key_patch)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot be patched"), "{err}");
+    let empty = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("text", DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec![None::<&str>]))],
+    )
+    .unwrap();
+    let err = store
+        .patch(&PatchTarget::Id("b1".into()), &empty)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("changes nothing"), "{err}");
+    store.close().await.unwrap();
+}
