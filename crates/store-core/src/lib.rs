@@ -62,6 +62,16 @@
 //! ([`Store::build_vector_index`]) and [`Store::nearest`] searches base and
 //! generations together. [`Store::stats`] reports all of it.
 //!
+//! ## Record capabilities
+//! A schema may opt into record semantics ([`RecordCapabilities`] in
+//! [`StoreConfig::capabilities`]): tombstone delete ([`Store::tombstone`],
+//! [`Store::tombstone_by_secondary_key`]), lifecycle and supersession
+//! visibility on scans, counts and vector search (lifted per request by
+//! [`Visibility`]), unique keys on add, upsert by the secondary key
+//! ([`Store::upsert`]) and patch as a new version ([`Store::patch`]). The
+//! engine applies them to any schema that declares them and has their columns;
+//! the rules are in the `records` module's docs.
+//!
 //! ## Storage options
 //! Every open of the dataset goes through one module, which carries the store's
 //! storage options; Lance hands the same object-store parameters to every
