@@ -42,7 +42,7 @@ enum StoreCommand {
         /// Creation parameter `name=json` for the plugin; repeatable.
         #[arg(long = "param", value_parser = parse_kv)]
         params: Vec<(String, String)>,
-        /// Where the data goes (default: <root>/stores/<name>); e.g. s3://bucket/path.
+        /// Where the data goes (default: ROOT/stores/NAME); e.g. s3://bucket/path.
         #[arg(long)]
         uri: Option<String>,
     },

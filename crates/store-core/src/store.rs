@@ -230,10 +230,10 @@ impl Store {
     /// A rejected batch writes nothing.
     ///
     /// With record capabilities: the tombstone value is refused
-    /// ([`BatchProblem::ReservedValue`]); with `unique_keys`, a key or
+    /// ([`crate::BatchProblem::ReservedValue`]); with `unique_keys`, a key or
     /// secondary key repeated in the batch or held by a stored non-tombstone
     /// row is refused, the first in input order
-    /// ([`BatchProblem::DuplicateInBatch`], [`BatchProblem::AlreadyExists`]).
+    /// ([`crate::BatchProblem::DuplicateInBatch`], [`crate::BatchProblem::AlreadyExists`]).
     pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome> {
         if self.capabilities.tombstones || self.capabilities.unique_keys {
             let _guard = self.record_lock.lock().await;
