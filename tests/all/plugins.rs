@@ -211,6 +211,11 @@ fn hostile_plugins_get_typed_errors_and_the_host_keeps_serving() {
     assert!(matches!(err, PluginError::MalformedOutput { .. }), "{err}");
     still_serving();
 
+    // The reduce export is sandboxed the same way.
+    let err = bad.reduce("q", &hostile("panic"), 0).unwrap_err();
+    assert!(matches!(err, PluginError::Panic { .. }), "{err}");
+    still_serving();
+
     let err = bad.transform(&hostile("lying"), 0).unwrap_err();
     assert!(
         matches!(&err, PluginError::SchemaMismatch { message, .. } if message.contains("mode")),

@@ -439,6 +439,7 @@ async fn named_queries_are_part_of_the_schema() {
         params: vec!["state".into()],
         filter: "state = {state}".into(),
         order_by: vec!["priority desc".into(), "id".into()],
+        reduce: false,
     }];
     let tickets = reg
         .create("t", CreateOptions::new(SchemaSource::Spec(spec)))
@@ -525,4 +526,73 @@ async fn the_context_plugin_gets_its_capabilities_from_the_engine() {
     assert_eq!(strings(&row, "tenant"), ["t1"]);
     assert_eq!(strings(&row, "session_id"), ["s"]);
     ctx.store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_datagen_fold_is_a_reducing_named_query() {
+    let root = tempfile::tempdir().unwrap();
+    let reg = registry(root.path());
+    let datagen = reg
+        .create(
+            "events",
+            CreateOptions::new(SchemaSource::Builtin("datagen".into())),
+        )
+        .await
+        .unwrap();
+    let common = r#""item_id": "i1", "root_item_id": "i1", "checkpoint_id": "c", "run_id": "r", "writer_epoch": "w", "schema_version": 2"#;
+    let step = r#""step_name": "gen", "step_index": 0"#;
+    let lines = [
+        format!(
+            r#"{{"event_id": "e0", "item_seq": 1, "event_type": "ITEM_CREATED", "status": "running", "query_tags_json": "{{\"k\": 1}}", {common}}}"#
+        ),
+        format!(
+            r#"{{"event_id": "e1", "item_seq": 2, "event_type": "STEP_STARTED", "step_kind": "sequence", {step}, {common}}}"#
+        ),
+        format!(
+            r#"{{"event_id": "e2", "item_seq": 3, "event_type": "FIELD_SET", "step_kind": "leaf", {step}, "field_name": "answer", "field_type": "str", "codec_version": 1, "value_kind": "str", "value_str": "42", {common}}}"#
+        ),
+        format!(
+            r#"{{"event_id": "e3", "item_seq": 4, "event_type": "STEP_COMPLETED", "step_kind": "leaf", {step}, {common}}}"#
+        ),
+        format!(
+            r#"{{"event_id": "e4", "item_seq": 5, "event_type": "TERMINAL", "status": "completed", {common}}}"#
+        ),
+    ];
+    add_json(&datagen, &lines.join("\n")).await.unwrap();
+    let arg = vec![("item_id".to_string(), "i1".to_string())];
+    let state = datagen.reduce("item_state", &arg).await.unwrap();
+    let item = &state["item"];
+    assert_eq!(item["status"], "completed");
+    assert_eq!(item["fields"]["answer"]["value"], "42");
+    assert_eq!(item["query_tags"]["k"], 1);
+    assert_eq!(item["started"], serde_json::json!(["gen"]));
+    let trajectory = datagen.reduce("item_trajectory", &arg).await.unwrap();
+    assert_eq!(trajectory.as_array().unwrap().len(), 1);
+    assert_eq!(trajectory[0]["item_seq"], 4);
+    // An item never created folds to null; raw events stay a plain query.
+    let none = datagen
+        .reduce("item_state", &[("item_id".into(), "nope".into())])
+        .await
+        .unwrap();
+    assert_eq!(none, serde_json::json!({"item": null}));
+    assert_eq!(
+        datagen.query("item_events", &arg).await.unwrap().num_rows(),
+        5
+    );
+    assert!(datagen.reduce("item_events", &arg).await.is_err());
+    // A second event at item_seq 5 (another batch): the fold names the row.
+    add_json(
+        &datagen,
+        &format!(
+            r#"{{"event_id": "e5", "item_seq": 5, "event_type": "TERMINAL", "status": "filtered", {common}}}"#
+        ),
+    )
+    .await
+    .unwrap();
+    let err = datagen.reduce("item_state", &arg).await.unwrap_err();
+    assert!(
+        matches!(&err, lance_context_host::registry::QueryFailure::Plugin(PluginError::Rejected { errors, .. }) if errors[0].row == 5),
+        "{err}"
+    );
+    datagen.store.close().await.unwrap();
 }

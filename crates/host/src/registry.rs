@@ -259,7 +259,33 @@ impl NamedStore {
         self.store.tombstone(ids).await
     }
 
-    /// Run one of the schema's named queries (see [`crate::query`]).
+    /// Run a named query declared with `reduce`: its rows, reduced to JSON by
+    /// the plugin (e.g. datagen's `item_state`, the fold of an item's events).
+    pub async fn reduce(
+        &self,
+        name: &str,
+        args: &[(String, String)],
+    ) -> std::result::Result<serde_json::Value, QueryFailure> {
+        let query = self
+            .entry
+            .spec
+            .queries
+            .iter()
+            .find(|q| q.name == name && q.reduce)
+            .ok_or_else(|| {
+                crate::query::QueryError::Arguments(format!(
+                    "'{name}' is not a reducing query of schema '{}'",
+                    self.entry.spec.name
+                ))
+            })?;
+        let request = crate::query::named_request(&self.entry.spec, &query.name, args)?;
+        let rows = self.store.scan(request).await?;
+        let now = chrono::Utc::now().timestamp_micros();
+        Ok(self.plugin.reduce(name, &rows, now)?)
+    }
+
+    /// Run one of the schema's named queries (see [`crate::query`]); for a
+    /// reducing query, the rows it reduces.
     pub async fn query(
         &self,
         name: &str,
@@ -278,6 +304,8 @@ pub enum QueryFailure {
     Query(#[from] crate::query::QueryError),
     #[error(transparent)]
     Store(#[from] lance_context_store::Error),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
 }
 
 /// The registry under one data root.

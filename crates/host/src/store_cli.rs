@@ -246,18 +246,32 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             let Some(query) = query else {
                 for q in &named.entry.spec.queries {
                     println!(
-                        "{:<16} {:<28} {}",
+                        "{:<16} {:<28} {}{}",
                         q.name,
                         q.params
                             .iter()
                             .map(|p| format!("--arg {p}=…"))
                             .collect::<Vec<_>>()
                             .join(" "),
-                        q.description
+                        q.description,
+                        if q.reduce { " (JSON)" } else { "" }
                     );
                 }
                 return Ok(());
             };
+            let reduces = named
+                .entry
+                .spec
+                .queries
+                .iter()
+                .any(|q| q.name == query && q.reduce);
+            if reduces {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&named.reduce(&query, &args).await?)?
+                );
+                return Ok(());
+            }
             print_json_lines(&named.query(&query, &args).await?)
         }
     }

@@ -124,6 +124,10 @@ pub struct QuerySpec {
     pub filter: String,
     #[serde(default)]
     pub order_by: Vec<String>,
+    /// The rows go to the plugin's `reduce`, whose JSON is the result (only a
+    /// compiled plugin can reduce; a declarative spec cannot).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reduce: bool,
 }
 
 impl QuerySpec {
@@ -914,6 +918,7 @@ mod tests {
             params: vec!["text".into()],
             filter: "text = {text} AND priority > 1".into(),
             order_by: vec!["priority desc".into(), "id".into()],
+            reduce: false,
         }];
         assert!(spec.check(KeyRule::IdOnly).is_ok());
         let q = &spec.queries[0];
@@ -938,6 +943,7 @@ mod tests {
             params: vec!["unused".into()],
             filter: "text = {other}".into(),
             order_by: vec!["nope".into(), "id sideways".into()],
+            reduce: false,
         });
         assert_eq!(
             problems(&spec),

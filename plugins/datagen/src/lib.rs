@@ -13,6 +13,11 @@
 //! two different contents, and one (`item_id`, `item_seq`) never two event ids.
 //!
 //! transform (defaults): `attempt` = 0, `event_ts` = now.
+//!
+//! reduce: the fold of an item's events ([`fold`]) for the `item_state` and
+//! `item_trajectory` named queries.
+
+pub mod fold;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -121,6 +126,20 @@ impl Plugin for Datagen {
             .with_key("event_id")
             .with_blob("value_blob")
             .with_transform()
+            .with_reduce_query(
+                "item_state",
+                "one item's state folded from its events: status, fields, steps started and completed, trajectory, failures",
+                &["item_id"],
+                "item_id = {item_id}",
+                &["item_seq", "event_id"],
+            )
+            .with_reduce_query(
+                "item_trajectory",
+                "one item's trajectory: its completed steps in order ({position, item_seq, step_name, step_index})",
+                &["item_id"],
+                "item_id = {item_id}",
+                &["item_seq", "event_id"],
+            )
             .with_query(
                 "item_events",
                 "the events of one item, in fold order (the input of its fold)",
@@ -150,6 +169,24 @@ impl Plugin for Datagen {
 
     fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
         fill_defaults(batch, call.now_micros)
+    }
+
+    fn reduce(query: &str, rows: &RecordBatch, _call: &CallInfo) -> Result<String, CallError> {
+        let state = fold::fold(rows)?;
+        let out = match query {
+            "item_state" => state,
+            "item_trajectory" => state
+                .get("item")
+                .and_then(|i| i.get("trajectory"))
+                .cloned()
+                .unwrap_or(serde_json::Value::Null),
+            other => {
+                return Err(CallError::Malformed(format!(
+                    "the datagen schema reduces no query '{other}'"
+                )));
+            }
+        };
+        Ok(out.to_string())
     }
 }
 

@@ -356,3 +356,77 @@ fn transform_fills_attempt_and_event_ts() {
         .clone();
     assert_eq!(ts.value(0), 99);
 }
+
+fn folded(events: &[Event]) -> Result<serde_json::Value, CallError> {
+    fold::fold(&batch(events))
+}
+
+#[test]
+fn the_fold_builds_item_state() {
+    let mut s = good_stream();
+    // One field, appended twice (the fixture names every field "answer").
+    s.retain(|e| !matches!(e.event_id, Some("e2") | Some("e4")));
+    s.insert(
+        2,
+        Event {
+            step: true,
+            field: true,
+            value_kind: Some("str"),
+            value_str: Some("w"),
+            ..ev("e2", 3, "FIELD_APPEND")
+        },
+    );
+    let state = folded(&s).unwrap();
+    let item = &state["item"];
+    assert_eq!(item["status"], "completed");
+    assert_eq!(item["last_item_seq"], 8);
+    assert_eq!(item["fields"]["answer"]["mode"], "append");
+    assert_eq!(
+        item["fields"]["answer"]["value"],
+        serde_json::json!(["w", "x"])
+    );
+    assert_eq!(item["started"], serde_json::json!(["generate"]));
+    assert_eq!(item["completed"], serde_json::json!(["generate"]));
+    assert_eq!(item["trajectory"][0]["item_seq"], 6);
+    assert_eq!(item["trajectory"][0]["position"], 0);
+    assert_eq!(item["failures"][0]["error_type"], "Timeout");
+
+    // Blob bytes are not carried: the field names the event holding them.
+    let blob = vec![good_stream()[0].clone(), good_stream()[4].clone()];
+    let state = folded(&blob).unwrap();
+    assert_eq!(state["item"]["blob_event_ids"]["answer"], "e4");
+    assert_eq!(state["item"]["status"], "running");
+}
+
+#[test]
+fn the_fold_refuses_inconsistent_streams() {
+    // Never started.
+    assert_eq!(
+        folded(&good_stream()[1..]).unwrap(),
+        serde_json::json!({"item": null})
+    );
+    let code = |r: Result<serde_json::Value, CallError>| match r {
+        Err(CallError::Rows(e)) => (e[0].row, e[0].column.clone().unwrap()),
+        other => panic!("{other:?}"),
+    };
+    // A field's kind changes (int, then str via append → also mixes modes;
+    // kind is checked first).
+    assert_eq!(code(folded(&good_stream()[..4])), (3, "value_kind".into()));
+    // FIELD_SET then FIELD_APPEND of the same kind.
+    let mut s = good_stream()[..3].to_vec();
+    s.push(Event {
+        step: true,
+        field: true,
+        value_kind: Some("int"),
+        value_i64: Some(8),
+        ..ev("e9", 4, "FIELD_APPEND")
+    });
+    assert_eq!(code(folded(&s)), (3, "event_type".into()));
+    // Two different events at one item_seq.
+    let mut s = good_stream()[..2].to_vec();
+    s.push(Event {
+        step: true,
+        ..ev("e8", 2, "STEP_STARTED")
+    });
+    assert_eq!(code(folded(&s)), (2, "item_seq".into()));
+}

@@ -117,6 +117,16 @@ mod component {
             Ok(())
         }
 
+        fn reduce(
+            _query: String,
+            batch: Vec<u8>,
+            _context: CallContext,
+        ) -> Result<String, BatchError> {
+            let (mode, _) = mode(batch)?;
+            misbehave(&mode);
+            Ok("{}".into())
+        }
+
         fn transform(batch: Vec<u8>, _context: CallContext) -> Result<Vec<u8>, BatchError> {
             let (mode, batches) = mode(batch)?;
             misbehave(&mode);

@@ -78,6 +78,7 @@ fn declaration(d: Declaration) -> Result<SchemaDecl, DescribeError> {
                 params: q.params,
                 filter: q.filter,
                 order_by: q.order_by,
+                reduce: q.reduce,
             })
             .collect(),
     })
@@ -106,6 +107,19 @@ pub fn transform<P: Plugin>(batch: Vec<u8>, context: CallContext) -> Result<Vec<
     crate::run_transform::<P>(batch, &call).map_err(batch_error)
 }
 
+#[doc(hidden)]
+pub fn reduce<P: Plugin>(
+    query: String,
+    batch: Vec<u8>,
+    context: CallContext,
+) -> Result<String, BatchError> {
+    let call = crate::CallInfo {
+        now_micros: context.now_micros,
+        params: context.params,
+    };
+    crate::run_reduce::<P>(&query, batch, &call).map_err(batch_error)
+}
+
 /// Export a [`Plugin`] as the component's `schema-plugin` world.
 #[macro_export]
 macro_rules! export_plugin {
@@ -129,6 +143,13 @@ macro_rules! export_plugin {
                 context: $crate::bindings::CallContext,
             ) -> ::std::result::Result<::std::vec::Vec<u8>, $crate::bindings::BatchError> {
                 $crate::bindings::transform::<$plugin>(batch, context)
+            }
+            fn reduce(
+                query: ::std::string::String,
+                batch: ::std::vec::Vec<u8>,
+                context: $crate::bindings::CallContext,
+            ) -> ::std::result::Result<::std::string::String, $crate::bindings::BatchError> {
+                $crate::bindings::reduce::<$plugin>(query, batch, context)
             }
         }
         $crate::bindings::__export_schema_plugin!(__LanceContextExport with_types_in $crate::bindings);

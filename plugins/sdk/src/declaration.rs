@@ -53,6 +53,8 @@ pub struct NamedQuery {
     pub filter: String,
     /// `column` or `column desc`.
     pub order_by: Vec<String>,
+    /// The rows go to [`crate::Plugin::reduce`], whose JSON is the result.
+    pub reduce: bool,
 }
 
 /// What `describe` declares.
@@ -125,7 +127,25 @@ impl Declaration {
             params: params.iter().map(|p| p.to_string()).collect(),
             filter: filter.to_string(),
             order_by: order_by.iter().map(|o| o.to_string()).collect(),
+            reduce: false,
         });
+        self
+    }
+
+    /// Declare a named query whose rows [`crate::Plugin::reduce`] turns into
+    /// a JSON document.
+    pub fn with_reduce_query(
+        mut self,
+        name: &str,
+        description: &str,
+        params: &[&str],
+        filter: &str,
+        order_by: &[&str],
+    ) -> Self {
+        self = self.with_query(name, description, params, filter, order_by);
+        if let Some(q) = self.queries.last_mut() {
+            q.reduce = true;
+        }
         self
     }
 

@@ -79,9 +79,18 @@ pub trait Plugin {
         )
         .expect("an empty batch with a row count is valid"))
     }
+
+    /// Reduce the rows of the named query `query` (declared with
+    /// `with_reduce_query`) to a JSON document. The default reduces nothing.
+    fn reduce(query: &str, rows: &RecordBatch, call: &CallInfo) -> Result<String, CallError> {
+        let _ = (rows, call);
+        Err(CallError::Malformed(format!(
+            "this plugin reduces no query '{query}'"
+        )))
+    }
 }
 
-/// What the host tells a `validate` or `transform` call.
+/// What the host tells a `validate`, `transform` or `reduce` call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CallInfo {
     /// The host's clock, microseconds since the Unix epoch (the sandbox has none).
@@ -142,6 +151,37 @@ pub fn run_transform<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<Vec<u
         offset += rows;
     }
     ipc::encode(&out).map_err(CallError::Malformed)
+}
+
+/// Run `reduce` over IPC bytes as the host calls it (the batches concatenated).
+pub fn run_reduce<P: Plugin>(
+    query: &str,
+    bytes: Vec<u8>,
+    call: &CallInfo,
+) -> Result<String, CallError> {
+    let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
+    let Some(first) = batches.first() else {
+        return Err(CallError::Malformed("the stream holds no batch".into()));
+    };
+    let rows = arrow_select_concat(&first.schema(), &batches)?;
+    P::reduce(query, &rows, call)
+}
+
+fn arrow_select_concat(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<RecordBatch, CallError> {
+    if batches.len() == 1 {
+        return Ok(batches[0].clone());
+    }
+    let columns = (0..schema.fields().len())
+        .map(|i| {
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
+            arrow_select::concat::concat(&arrays)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CallError::Malformed(e.to_string()))?;
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| CallError::Malformed(e.to_string()))
 }
 
 /// A failed call, as the contract's `batch-error`.

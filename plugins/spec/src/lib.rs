@@ -45,6 +45,11 @@ impl Plugin for SpecPlugin {
     fn describe(params: &Params) -> Result<Declaration, String> {
         let spec = spec_from(params)?;
         let schema = spec.check(KeyRule::IdOnly).map_err(|e| e.to_string())?;
+        if let Some(i) = spec.queries.iter().position(|q| q.reduce) {
+            return Err(format!(
+                "queries[{i}].reduce: a declarative spec cannot reduce (only a compiled plugin can)"
+            ));
+        }
         let mut d =
             Declaration::new(&spec.name, VERSION, schema.as_ref().clone()).with_key(&spec.key);
         for b in &spec.blob_columns {
@@ -68,6 +73,7 @@ impl Plugin for SpecPlugin {
                 params: q.params.clone(),
                 filter: q.filter.clone(),
                 order_by: q.order_by.clone(),
+                reduce: false,
             })
             .collect();
         d.capabilities = Capabilities {

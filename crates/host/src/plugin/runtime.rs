@@ -546,6 +546,7 @@ impl LoadedPlugin {
                 params: q.params,
                 filter: q.filter,
                 order_by: q.order_by,
+                reduce: q.reduce,
             })
             .collect();
         for (flag, name) in [
@@ -689,6 +690,39 @@ impl LoadedPlugin {
                 plugin: self.label.clone(),
                 message,
             }
+        })
+    }
+
+    /// Reduce the rows of named query `query` (declared with `reduce`) to
+    /// JSON with the plugin's `reduce`. Output larger than the output cap, or
+    /// not JSON, is an error.
+    pub fn reduce(
+        &self,
+        query: &str,
+        rows: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<serde_json::Value, PluginError> {
+        let bytes = encode(rows).map_err(|message| PluginError::MalformedInput {
+            plugin: self.label.clone(),
+            message,
+        })?;
+        let context = bindings::CallContext {
+            now_micros,
+            params: self.params.clone(),
+        };
+        let out = self
+            .call(|p, s| p.call_reduce(s, query, &bytes, &context))?
+            .map_err(|e| self.batch_error(e))?;
+        if out.len() > self.limits.output_bytes {
+            return Err(PluginError::OutputTooLarge {
+                plugin: self.label.clone(),
+                size: out.len(),
+                limit: self.limits.output_bytes,
+            });
+        }
+        serde_json::from_str(&out).map_err(|e| PluginError::MalformedOutput {
+            plugin: self.label.clone(),
+            message: format!("reduce returned text that is not JSON: {e}"),
         })
     }
 
