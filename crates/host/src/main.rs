@@ -69,18 +69,8 @@ enum Command {
     Scan {
         #[command(flatten)]
         store: StoreArgs,
-        #[arg(long)]
-        filter: Option<String>,
-        /// Comma-separated columns.
-        #[arg(long, value_delimiter = ',')]
-        columns: Option<Vec<String>>,
-        /// `column` or `column:desc`; repeatable.
-        #[arg(long = "order-by")]
-        order_by: Vec<String>,
-        #[arg(long)]
-        limit: Option<usize>,
-        #[arg(long)]
-        offset: Option<usize>,
+        #[command(flatten)]
+        scan: ScanArgs,
         /// Print the scan plan instead of rows.
         #[arg(long)]
         explain: bool,
@@ -139,6 +129,42 @@ struct StoreArgs {
     /// Storage option `key=value`; repeatable.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
+}
+
+/// What to read: filter, columns, order, limit, offset.
+#[derive(Args, Debug, Default)]
+pub(crate) struct ScanArgs {
+    /// SQL predicate.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Comma-separated columns.
+    #[arg(long, value_delimiter = ',')]
+    columns: Option<Vec<String>>,
+    /// `column` or `column:desc`; repeatable.
+    #[arg(long = "order-by")]
+    order_by: Vec<String>,
+    #[arg(long)]
+    limit: Option<usize>,
+    #[arg(long)]
+    offset: Option<usize>,
+}
+
+impl ScanArgs {
+    /// The request; `default_columns` when no `--columns` was given.
+    pub(crate) fn request(self, default_columns: Option<Vec<String>>) -> Result<ScanRequest> {
+        Ok(ScanRequest {
+            filter: self.filter,
+            projection: self.columns.or(default_columns),
+            order_by: self
+                .order_by
+                .iter()
+                .map(|s| parse_sort(s))
+                .collect::<Result<_>>()?,
+            limit: self.limit,
+            offset: self.offset,
+            ..ScanRequest::default()
+        })
+    }
 }
 
 #[derive(Args, Debug)]
@@ -267,25 +293,11 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Scan {
             store,
-            filter,
-            columns,
-            order_by,
-            limit,
-            offset,
+            scan,
             explain,
         } => {
             let store = Store::open_read_only(store.config()).await?;
-            let request = ScanRequest {
-                filter,
-                projection: columns,
-                order_by: order_by
-                    .iter()
-                    .map(|s| parse_sort(s))
-                    .collect::<Result<_>>()?,
-                limit,
-                offset,
-                ..ScanRequest::default()
-            };
+            let request = scan.request(None)?;
             if explain {
                 println!("{}", store.explain(request).await?);
                 return Ok(());
@@ -788,11 +800,10 @@ mod tests {
         let err = run(Cli {
             command: Command::Scan {
                 store: store_args(&data.to_string_lossy()),
-                filter: Some("no_such_column = 1".into()),
-                columns: None,
-                order_by: vec![],
-                limit: None,
-                offset: None,
+                scan: ScanArgs {
+                    filter: Some("no_such_column = 1".into()),
+                    ..ScanArgs::default()
+                },
                 explain: false,
             },
         })

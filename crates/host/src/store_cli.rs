@@ -11,9 +11,8 @@ use lance_context_host::pipeline;
 use lance_context_host::plugin::{PluginLimits, PluginRuntime};
 use lance_context_host::registry::{CreateOptions, Registry, SchemaSource};
 use lance_context_host::spec::SchemaSpec;
-use lance_context_store::ScanRequest;
 
-use crate::{parse_kv, parse_sort, print_json_lines};
+use crate::{ScanArgs, parse_kv, print_json_lines};
 
 #[derive(Args, Debug)]
 pub struct StoreArgs {
@@ -72,16 +71,8 @@ enum StoreCommand {
     /// Print rows as JSON lines (blob columns left out unless named).
     Scan {
         name: String,
-        #[arg(long)]
-        filter: Option<String>,
-        #[arg(long, value_delimiter = ',')]
-        columns: Option<Vec<String>>,
-        #[arg(long = "order-by")]
-        order_by: Vec<String>,
-        #[arg(long)]
-        limit: Option<usize>,
-        #[arg(long)]
-        offset: Option<usize>,
+        #[command(flatten)]
+        scan: ScanArgs,
     },
     /// Run one of the schema's named queries (e.g. rollout `trajectory`).
     Query {
@@ -217,28 +208,11 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             let projection = lance_context_host::query::default_projection(&named.entry.spec);
             print_json_lines(&named.store.lookup(&ids, Some(&projection)).await?)
         }
-        StoreCommand::Scan {
-            name,
-            filter,
-            columns,
-            order_by,
-            limit,
-            offset,
-        } => {
+        StoreCommand::Scan { name, scan } => {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
-            let request = ScanRequest {
-                filter,
-                projection: Some(columns.unwrap_or_else(|| {
-                    lance_context_host::query::default_projection(&named.entry.spec)
-                })),
-                order_by: order_by
-                    .iter()
-                    .map(|s| parse_sort(s))
-                    .collect::<Result<_>>()?,
-                limit,
-                offset,
-                ..ScanRequest::default()
-            };
+            let request = scan.request(Some(lance_context_host::query::default_projection(
+                &named.entry.spec,
+            )))?;
             print_json_lines(&named.store.scan(request).await?)
         }
         StoreCommand::Query { name, query, args } => {

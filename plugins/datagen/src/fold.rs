@@ -7,9 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lance_context_plugin::arrow_array::cast::AsArray;
-use lance_context_plugin::arrow_array::types::{Float64Type, Int32Type, Int64Type};
+use lance_context_plugin::arrow_array::types::Float64Type;
 use lance_context_plugin::*;
 use serde_json::{Value, json};
+
+use crate::Cols;
 
 /// A fold problem in a row.
 fn problem(row: usize, column: &str, message: String) -> CallError {
@@ -18,52 +20,28 @@ fn problem(row: usize, column: &str, message: String) -> CallError {
     CallError::Rows(errors.into_vec())
 }
 
-struct Columns<'a>(&'a RecordBatch);
-
-impl Columns<'_> {
-    fn str(&self, name: &str, row: usize) -> Option<String> {
-        let c = self.0.column_by_name(name)?;
-        if c.is_null(row) {
-            return None;
+/// A FIELD_* event's value, by its kind (blob bytes are not read).
+fn value(c: &Cols, kind: &str, row: usize) -> Value {
+    let text = |name: &str| c.str(name, row).map(str::to_string);
+    match kind {
+        "int" => c.i64("value_i64", row).map_or(Value::Null, Value::from),
+        "float" => {
+            c.0.column_by_name("value_f64")
+                .filter(|a| a.is_valid(row))
+                .map_or(Value::Null, |a| {
+                    json!(a.as_primitive::<Float64Type>().value(row))
+                })
         }
-        match c.data_type() {
-            DataType::Utf8 => Some(c.as_string::<i32>().value(row).to_string()),
-            DataType::LargeUtf8 => Some(c.as_string::<i64>().value(row).to_string()),
-            _ => None,
+        "bool" => {
+            c.0.column_by_name("value_bool")
+                .filter(|a| a.is_valid(row))
+                .map_or(Value::Null, |a| json!(a.as_boolean().value(row)))
         }
-    }
-    fn i64(&self, name: &str, row: usize) -> Option<i64> {
-        let c = self.0.column_by_name(name)?;
-        if c.is_null(row) {
-            return None;
-        }
-        match c.data_type() {
-            DataType::Int64 => Some(c.as_primitive::<Int64Type>().value(row)),
-            DataType::Int32 => Some(i64::from(c.as_primitive::<Int32Type>().value(row))),
-            _ => None,
-        }
-    }
-    fn value(&self, kind: &str, row: usize) -> Value {
-        match kind {
-            "int" => self.i64("value_i64", row).map_or(Value::Null, Value::from),
-            "float" => self
-                .0
-                .column_by_name("value_f64")
-                .filter(|c| c.is_valid(row))
-                .map_or(Value::Null, |c| {
-                    json!(c.as_primitive::<Float64Type>().value(row))
-                }),
-            "bool" => self
-                .0
-                .column_by_name("value_bool")
-                .filter(|c| c.is_valid(row))
-                .map_or(Value::Null, |c| json!(c.as_boolean().value(row))),
-            "str" => self.str("value_str", row).map_or(Value::Null, Value::from),
-            "json" => self.str("value_json", row).map_or(Value::Null, |t| {
-                serde_json::from_str(&t).unwrap_or(Value::String(t))
-            }),
-            _ => Value::Null,
-        }
+        "str" => text("value_str").map_or(Value::Null, Value::from),
+        "json" => text("value_json").map_or(Value::Null, |t| {
+            serde_json::from_str(&t).unwrap_or(Value::String(t))
+        }),
+        _ => Value::Null,
     }
 }
 
@@ -76,12 +54,13 @@ struct Field {
 /// The item's state, or `{"item": null}` when its first event is not
 /// ITEM_CREATED ("never started").
 pub fn fold(rows: &RecordBatch) -> Result<Value, CallError> {
-    let c = Columns(rows);
+    let c = Cols(rows);
+    let str_at = |name: &str, row: usize| c.str(name, row).map(str::to_string);
     let n = rows.num_rows();
-    if n == 0 || c.str("event_type", 0).as_deref() != Some("ITEM_CREATED") {
+    if n == 0 || str_at("event_type", 0).as_deref() != Some("ITEM_CREATED") {
         return Ok(json!({ "item": null }));
     }
-    let mut status = c.str("status", 0).unwrap_or_else(|| "running".into());
+    let mut status = str_at("status", 0).unwrap_or_else(|| "running".into());
     let mut last_seq = i64::MIN;
     let mut last_attempt = 0i64;
     let mut fields: BTreeMap<String, Field> = BTreeMap::new();
@@ -90,14 +69,13 @@ pub fn fold(rows: &RecordBatch) -> Result<Value, CallError> {
     let mut completed: BTreeSet<String> = BTreeSet::new();
     let mut trajectory: Vec<Value> = Vec::new();
     let mut failures: Vec<Value> = Vec::new();
-    let query_tags = c
-        .str("query_tags_json", 0)
+    let query_tags = str_at("query_tags_json", 0)
         .map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
         .unwrap_or(Value::Null);
     let mut previous: Option<(i64, String)> = None;
     for row in 0..n {
         let seq = c.i64("item_seq", row).unwrap_or(0);
-        let event_id = c.str("event_id", row).unwrap_or_default();
+        let event_id = str_at("event_id", row).unwrap_or_default();
         if let Some((p_seq, p_id)) = &previous {
             if *p_seq == seq && *p_id != event_id {
                 return Err(problem(
@@ -117,8 +95,8 @@ pub fn fold(rows: &RecordBatch) -> Result<Value, CallError> {
         previous = Some((seq, event_id.clone()));
         last_seq = last_seq.max(seq);
         last_attempt = last_attempt.max(c.i64("attempt", row).unwrap_or(0));
-        let step = c.str("step_name", row);
-        match c.str("event_type", row).as_deref().unwrap_or_default() {
+        let step = str_at("step_name", row);
+        match c.str("event_type", row).unwrap_or_default() {
             "STEP_STARTED" => {
                 started.extend(step);
             }
@@ -134,19 +112,19 @@ pub fn fold(rows: &RecordBatch) -> Result<Value, CallError> {
             "FAILED" => failures.push(json!({
                 "item_seq": seq,
                 "step_name": step,
-                "error_type": c.str("error_type", row),
+                "error_type": str_at("error_type", row),
                 "attempt": c.i64("attempt", row),
             })),
             "TERMINAL" => {
-                if let Some(s) = c.str("status", row) {
+                if let Some(s) = str_at("status", row) {
                     status = s;
                 }
             }
             t @ ("FIELD_SET" | "FIELD_APPEND") => {
-                let name = c.str("field_name", row).unwrap_or_default();
-                let kind = c.str("value_kind", row).unwrap_or_default();
+                let name = str_at("field_name", row).unwrap_or_default();
+                let kind = str_at("value_kind", row).unwrap_or_default();
                 let append = t == "FIELD_APPEND";
-                let value = c.value(&kind, row);
+                let value = value(&c, &kind, row);
                 if kind == "blob" {
                     blob_events.insert(name.clone(), event_id.clone());
                 }
@@ -210,8 +188,8 @@ pub fn fold(rows: &RecordBatch) -> Result<Value, CallError> {
         .collect();
     Ok(json!({
         "item": {
-            "item_id": c.str("item_id", 0),
-            "root_item_id": c.str("root_item_id", 0),
+            "item_id": str_at("item_id", 0),
+            "root_item_id": str_at("root_item_id", 0),
             "status": status,
             "last_item_seq": last_seq,
             "last_attempt": last_attempt,

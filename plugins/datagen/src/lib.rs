@@ -191,10 +191,10 @@ impl Plugin for Datagen {
 }
 
 /// Read access to a batch's columns by name, tolerant of absent columns.
-struct Cols<'a>(&'a RecordBatch);
+pub(crate) struct Cols<'a>(pub(crate) &'a RecordBatch);
 
 impl Cols<'_> {
-    fn str(&self, name: &str, row: usize) -> Option<&str> {
+    pub(crate) fn str(&self, name: &str, row: usize) -> Option<&str> {
         let c = self.0.column_by_name(name)?;
         if c.is_null(row) {
             return None;
@@ -206,7 +206,7 @@ impl Cols<'_> {
         }
     }
 
-    fn i64(&self, name: &str, row: usize) -> Option<i64> {
+    pub(crate) fn i64(&self, name: &str, row: usize) -> Option<i64> {
         let c = self.0.column_by_name(name)?;
         if c.is_null(row) {
             return None;

@@ -599,16 +599,24 @@ impl LoadedPlugin {
         }
     }
 
-    /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with every row error.
-    pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
-        let bytes = encode(batch).map_err(|message| PluginError::MalformedInput {
+    fn encode_input(&self, batch: &RecordBatch) -> Result<Vec<u8>, PluginError> {
+        encode(batch).map_err(|message| PluginError::MalformedInput {
             plugin: self.label.clone(),
             message,
-        })?;
-        let context = bindings::CallContext {
-            now_micros: now_micros(),
+        })
+    }
+
+    fn context(&self, now_micros: i64) -> bindings::CallContext {
+        bindings::CallContext {
+            now_micros,
             params: self.params.clone(),
-        };
+        }
+    }
+
+    /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with every row error.
+    pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
+        let bytes = self.encode_input(batch)?;
+        let context = self.context(now_micros());
         self.call(|p, s| p.call_validate(s, &bytes, &context))?
             .map_err(|e| self.batch_error(e))
     }
@@ -627,14 +635,8 @@ impl LoadedPlugin {
         if !declared.has_transform {
             return Ok(batch.clone());
         }
-        let bytes = encode(batch).map_err(|message| PluginError::MalformedInput {
-            plugin: self.label.clone(),
-            message,
-        })?;
-        let context = bindings::CallContext {
-            now_micros,
-            params: self.params.clone(),
-        };
+        let bytes = self.encode_input(batch)?;
+        let context = self.context(now_micros);
         let out = self
             .call(|p, s| p.call_transform(s, &bytes, &context))?
             .map_err(|e| self.batch_error(e))?;
@@ -702,14 +704,8 @@ impl LoadedPlugin {
         rows: &RecordBatch,
         now_micros: i64,
     ) -> Result<serde_json::Value, PluginError> {
-        let bytes = encode(rows).map_err(|message| PluginError::MalformedInput {
-            plugin: self.label.clone(),
-            message,
-        })?;
-        let context = bindings::CallContext {
-            now_micros,
-            params: self.params.clone(),
-        };
+        let bytes = self.encode_input(rows)?;
+        let context = self.context(now_micros);
         let out = self
             .call(|p, s| p.call_reduce(s, query, &bytes, &context))?
             .map_err(|e| self.batch_error(e))?;
