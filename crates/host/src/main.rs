@@ -306,62 +306,72 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { store } => {
             let store = Store::open_read_only(store.config()).await?;
-            let stats = store.stats().await?;
-            println!("rows (newest per key): {}", store.count(None).await?);
-            println!("rows in base table:    {}", stats.rows_in_base);
-            println!("dataset version:       {}", stats.version);
-            println!(
-                "fragments:             {} ({} below the compaction target)",
-                stats.fragments, stats.small_fragments
-            );
-            for (shard, generations) in &stats.pending_generations {
-                println!("shard {shard}: {generations} unmerged generation(s)");
-            }
-            for index in &stats.indexes {
-                println!(
-                    "index {} ({}) on {}: {}",
-                    index.name,
-                    index.kind,
-                    index.columns.join(", "),
-                    if index.covers_all_rows {
-                        "covers all rows".to_string()
-                    } else {
-                        format!("{} fragment(s) not indexed yet", index.unindexed_fragments)
-                    }
-                );
-            }
-            Ok(())
+            print_status(&store).await
         }
         Command::Merge { store, instance } => {
             let store = Store::open(maintenance_config(&store, &instance)).await?;
-            let stats = store.merge().await?;
+            let stats = store.merge().await;
             store.close().await?;
-            println!(
-                "merged {} generation(s): {} row(s) upserted, {} key(s) deleted in {} pass(es); \
-                 removed {} merged generation(s) and {} WAL file(s)",
-                stats.generations_merged,
-                stats.rows_upserted,
-                stats.keys_deleted,
-                stats.passes,
-                stats.generations_removed,
-                stats.wal_files_removed
-            );
+            print_merge(&stats?);
             Ok(())
         }
         Command::Compact { store, instance } => {
             let store = Store::open(maintenance_config(&store, &instance)).await?;
-            let stats = store.compact().await?;
+            let stats = store.compact().await;
             store.close().await?;
-            println!(
-                "compacted: {} fragment(s) removed, {} added; {} file(s) removed, {} added",
-                stats.fragments_removed,
-                stats.fragments_added,
-                stats.files_removed,
-                stats.files_added
-            );
+            print_compaction(&stats?);
             Ok(())
         }
     }
+}
+
+/// Operator statistics of a store.
+pub(crate) async fn print_status(store: &Store) -> Result<()> {
+    let stats = store.stats().await?;
+    println!("rows (newest per key): {}", store.count(None).await?);
+    println!("rows in base table:    {}", stats.rows_in_base);
+    println!("dataset version:       {}", stats.version);
+    println!(
+        "fragments:             {} ({} below the compaction target)",
+        stats.fragments, stats.small_fragments
+    );
+    for (shard, generations) in &stats.pending_generations {
+        println!("shard {shard}: {generations} unmerged generation(s)");
+    }
+    for index in &stats.indexes {
+        println!(
+            "index {} ({}) on {}: {}",
+            index.name,
+            index.kind,
+            index.columns.join(", "),
+            if index.covers_all_rows {
+                "covers all rows".to_string()
+            } else {
+                format!("{} fragment(s) not indexed yet", index.unindexed_fragments)
+            }
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn print_merge(stats: &lance_context_store::MergeStats) {
+    println!(
+        "merged {} generation(s): {} row(s) upserted, {} key(s) deleted in {} pass(es); \
+         removed {} merged generation(s) and {} WAL file(s)",
+        stats.generations_merged,
+        stats.rows_upserted,
+        stats.keys_deleted,
+        stats.passes,
+        stats.generations_removed,
+        stats.wal_files_removed
+    );
+}
+
+pub(crate) fn print_compaction(stats: &lance_context_store::CompactionStats) {
+    println!(
+        "compacted: {} fragment(s) removed, {} added; {} file(s) removed, {} added",
+        stats.fragments_removed, stats.fragments_added, stats.files_removed, stats.files_added
+    );
 }
 
 fn plugin_bytes(plugin: &str) -> Result<(String, Vec<u8>)> {
@@ -715,6 +725,79 @@ async fn generations(store: &Store) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn cli(args: &[&str]) -> Result<()> {
+        let mut all = vec!["lance-context"];
+        all.extend_from_slice(args);
+        run(Cli::try_parse_from(all)?).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn store_commands_work_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let root = root.to_str().unwrap();
+        let spec = dir.path().join("notes.json");
+        std::fs::write(
+            &spec,
+            r#"{"name": "notes", "key": "id", "columns": [
+                {"name": "id", "type": "Utf8", "nullable": false},
+                {"name": "n", "type": "Int32", "rules": {"min": 0}}]}"#,
+        )
+        .unwrap();
+        let rows = dir.path().join("rows.jsonl");
+        std::fs::write(
+            &rows,
+            "{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\": 2}\n",
+        )
+        .unwrap();
+        let spec = spec.to_str().unwrap();
+        let rows = rows.to_str().unwrap();
+        cli(&["store", "--root", root, "create", "notes", "--spec", spec])
+            .await
+            .unwrap();
+        let err = cli(&["store", "--root", root, "create", "notes", "--spec", spec])
+            .await
+            .unwrap_err();
+        assert_eq!(exit_code(&err), 4, "{err:#}");
+        cli(&["store", "--root", root, "add", "notes", rows])
+            .await
+            .unwrap();
+        for args in [
+            vec!["list"],
+            vec!["describe", "notes"],
+            vec!["get", "notes", "a"],
+            vec!["scan", "notes", "--filter", "n > 1"],
+            vec!["status", "notes"],
+            vec!["merge", "notes"],
+            vec!["compact", "notes"],
+            vec!["delete", "notes", "a"],
+            vec!["query", "notes"],
+        ] {
+            let mut all = vec!["store", "--root", root];
+            all.extend(args.iter().copied());
+            cli(&all)
+                .await
+                .unwrap_or_else(|e| panic!("{args:?}: {e:#}"));
+        }
+        let err = cli(&[
+            "store", "--root", root, "scan", "notes", "--filter", "m = 1",
+        ])
+        .await
+        .unwrap_err();
+        assert_eq!(exit_code(&err), 2, "{err:#}");
+        let err = cli(&["store", "--root", root, "drop", "notes"])
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("--yes"), "{err:#}");
+        cli(&["store", "--root", root, "drop", "notes", "--yes"])
+            .await
+            .unwrap();
+        let err = cli(&["store", "--root", root, "describe", "notes"])
+            .await
+            .unwrap_err();
+        assert_eq!(exit_code(&err), 3, "{err:#}");
+    }
 
     fn store_args(uri: &str) -> StoreArgs {
         StoreArgs {

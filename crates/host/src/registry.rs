@@ -504,10 +504,20 @@ impl Registry {
             Err(e) => return Err(io(&path)(e)),
         }
 
+        let config = store_config(&entry, &plugin, &options.storage_options);
         let created = async {
             self.pin_plugin(name, &declared.sha256, &bytes)?;
-            let config = store_config(&entry, &plugin, &options.storage_options);
-            Ok::<_, RegistryError>(Store::create(config).await?)
+            match Store::create(config.clone()).await {
+                Ok(store) => Ok(store),
+                // Someone else's data: leave it.
+                Err(e @ lance_context_store::Error::AlreadyExists { .. }) => Err(e.into()),
+                // A create that failed part-way: remove what it wrote, so the
+                // name and the uri can be used again.
+                Err(e) => {
+                    let _ = Store::destroy(&config).await;
+                    Err(e.into())
+                }
+            }
         }
         .await;
         match created {
@@ -524,8 +534,7 @@ impl Registry {
                 })
             }
             Err(e) => {
-                // Free the name; the dataset (if any) was not created by us
-                // when the error is AlreadyExists, so it is left alone.
+                // Free the name.
                 let _ = std::fs::remove_file(&path);
                 Err(e)
             }

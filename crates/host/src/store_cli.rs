@@ -74,6 +74,20 @@ enum StoreCommand {
         #[command(flatten)]
         scan: ScanArgs,
     },
+    /// Delete records by key: tombstones when the schema declares them
+    /// (visible records only; prints which were deleted), else the engine's
+    /// delete.
+    Delete {
+        name: String,
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Rows, fragments, pending generations and indexes of a store.
+    Status { name: String },
+    /// Fold the store's WAL into its base table now.
+    Merge { name: String },
+    /// Compact the store's fragments and re-ensure its indexes.
+    Compact { name: String },
     /// Run one of the schema's named queries (e.g. rollout `trajectory`).
     Query {
         name: String,
@@ -200,6 +214,56 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             }
             result?;
             println!("added {} record(s) to '{name}'", batch.num_rows());
+            Ok(())
+        }
+        StoreCommand::Delete { name, ids } => {
+            let named = registry
+                .open_with(&name, &options, false, |c| c.with_manual_maintenance())
+                .await?;
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let result = if named.entry.spec.has("tombstones") {
+                named.delete(&ids).await.map(|done| {
+                    for (id, deleted) in ids.iter().zip(done) {
+                        println!(
+                            "{id}: {}",
+                            if deleted {
+                                "deleted"
+                            } else {
+                                "no visible record"
+                            }
+                        );
+                    }
+                })
+            } else {
+                named
+                    .store
+                    .delete(&ids)
+                    .await
+                    .map(|n| println!("deleted {n} key(s)"))
+            };
+            named.store.close().await?;
+            Ok(result?)
+        }
+        StoreCommand::Status { name } => {
+            let named = registry.open_with(&name, &options, true, |c| c).await?;
+            crate::print_status(&named.store).await
+        }
+        StoreCommand::Merge { name } => {
+            let named = registry
+                .open_with(&name, &options, false, |c| c.with_manual_maintenance())
+                .await?;
+            let stats = named.store.merge().await;
+            named.store.close().await?;
+            crate::print_merge(&stats?);
+            Ok(())
+        }
+        StoreCommand::Compact { name } => {
+            let named = registry
+                .open_with(&name, &options, false, |c| c.with_manual_maintenance())
+                .await?;
+            let stats = named.store.compact().await;
+            named.store.close().await?;
+            crate::print_compaction(&stats?);
             Ok(())
         }
         StoreCommand::Get { name, ids } => {
