@@ -464,6 +464,21 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
                 }
             };
             println!("ok: compiles, links as a schema plugin, describe succeeds");
+            // A user's plugin is held to the user-schema rules (key `id`); the
+            // built-ins keep theirs.
+            let builtin = lance_context_host::registry::BUILTIN_PLUGINS.contains(&plugin.as_str());
+            if !builtin
+                && let Err(e) = loaded
+                    .declaration()
+                    .spec
+                    .check(lance_context_host::spec::KeyRule::IdOnly)
+            {
+                println!("the declaration breaks the rules for a store's schema:");
+                for p in &e.problems {
+                    println!("problem: {p}");
+                }
+                bail!("{} problem(s) found", e.problems.len());
+            }
             println!(
                 "ok: ABI {}, key column '{}', declared columns present",
                 loaded.declaration().abi_version,
@@ -760,9 +775,18 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(exit_code(&err), 4, "{err:#}");
-        cli(&["store", "--root", root, "add", "notes", rows])
-            .await
-            .unwrap();
+        cli(&[
+            "store",
+            "--root",
+            root,
+            "add",
+            "notes",
+            rows,
+            "--batch-rows",
+            "1",
+        ])
+        .await
+        .unwrap();
         for args in [
             vec!["list"],
             vec!["describe", "notes"],

@@ -56,11 +56,16 @@ enum StoreCommand {
         #[arg(long)]
         yes: bool,
     },
-    /// Add JSON Lines records (a file, or stdin) through the store's plugin.
+    /// Add JSON Lines records (a file, or stdin) through the store's plugin,
+    /// in batches: each batch is one add (durable when reported); a batch with
+    /// a bad record is refused whole, and the command stops there.
     Add {
         name: String,
         /// JSON Lines file; `-` or absent reads stdin.
         file: Option<PathBuf>,
+        /// Records per add.
+        #[arg(long, default_value_t = 10_000)]
+        batch_rows: usize,
     },
     /// Print rows by key, as JSON lines.
     Get {
@@ -191,8 +196,14 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             }
             Ok(())
         }
-        StoreCommand::Add { name, file } => {
-            let named = registry.open(&name, &options).await?;
+        StoreCommand::Add {
+            name,
+            file,
+            batch_rows,
+        } => {
+            if batch_rows == 0 {
+                bail!("--batch-rows must be at least 1");
+            }
             let mut text = Vec::new();
             match file.as_deref().filter(|f| f.as_os_str() != "-") {
                 Some(f) => {
@@ -202,18 +213,22 @@ pub async fn run(args: StoreArgs) -> Result<()> {
                     std::io::stdin().read_to_end(&mut text)?;
                 }
             }
-            let batch = pipeline::rows_from_json(&named.plugin, text.as_slice())?;
-            let result = named.add(&batch).await;
-            named.store.close().await?;
-            if let Err(pipeline::PipelineError::Plugin(e)) = &result
-                && let Some(rows) = e.row_errors()
-            {
-                for r in rows {
-                    eprintln!("rejected: {r}");
-                }
+            let text = String::from_utf8(text).context("the input is not UTF-8")?;
+            // (line number, record), blank lines skipped.
+            let lines: Vec<(usize, &str)> = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, l)| (i + 1, l))
+                .collect();
+            if lines.is_empty() {
+                bail!("no records in the input");
             }
-            result?;
-            println!("added {} record(s) to '{name}'", batch.num_rows());
+            let named = registry.open(&name, &options).await?;
+            let result = add_in_batches(&named, &lines, batch_rows).await;
+            named.store.close().await?;
+            let added = result?;
+            println!("added {added} record(s) to '{name}'");
             Ok(())
         }
         StoreCommand::Delete { name, ids } => {
@@ -313,4 +328,63 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             print_json_lines(&named.query(&query, &args).await?)
         }
     }
+}
+
+/// Add `lines` in batches of `batch_rows`; the number added. A refused batch
+/// stops the run: its problems are printed by line, earlier batches stay.
+async fn add_in_batches(
+    named: &lance_context_host::registry::NamedStore,
+    lines: &[(usize, &str)],
+    batch_rows: usize,
+) -> Result<usize> {
+    let mut added = 0;
+    for chunk in lines.chunks(batch_rows) {
+        let joined: Vec<&str> = chunk.iter().map(|(_, l)| *l).collect();
+        let first = chunk[0].0;
+        // The typed error stays the source (exit codes), with where it stopped.
+        let stop = |e: pipeline::PipelineError, what: String| {
+            anyhow::Error::new(e).context(if added == 0 {
+                format!("{what}nothing was added")
+            } else {
+                format!(
+                    "{what}{added} record(s) added before the batch starting at line {first}, none from it"
+                )
+            })
+        };
+        let batch = match pipeline::rows_from_json(&named.plugin, joined.join("\n").as_bytes()) {
+            Ok(batch) => batch,
+            Err(e) => {
+                let at = match &e {
+                    pipeline::PipelineError::InvalidInput { row: Some(row), .. } => {
+                        format!("at line {}: ", chunk[*row].0)
+                    }
+                    _ => String::new(),
+                };
+                return Err(stop(e, at));
+            }
+        };
+        match named.add(&batch).await {
+            Ok(_) => added += batch.num_rows(),
+            Err(pipeline::PipelineError::Plugin(e)) if e.row_errors().is_some() => {
+                let rows = e.row_errors().unwrap_or_default();
+                for r in rows {
+                    let line = chunk.get(r.row as usize).map_or(0, |(n, _)| *n);
+                    match &r.column {
+                        Some(c) => eprintln!(
+                            "rejected: line {line}, column '{c}': {} ({})",
+                            r.message, r.code
+                        ),
+                        None => eprintln!("rejected: line {line}: {} ({})", r.message, r.code),
+                    }
+                }
+                let what = format!("{} record(s) rejected; ", rows.len());
+                return Err(stop(pipeline::PipelineError::Plugin(e), what));
+            }
+            Err(e) => return Err(stop(e, String::new())),
+        }
+        if lines.len() > batch_rows {
+            eprintln!("added {added}/{} record(s)", lines.len());
+        }
+    }
+    Ok(added)
 }
