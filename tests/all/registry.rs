@@ -217,6 +217,15 @@ async fn a_tampered_plugin_file_or_a_changed_spec_is_refused() {
         matches!(&err, RegistryError::SpecChanged { message, .. } if message.contains("nullable")),
         "{err}"
     );
+
+    // An entry left by a create that never finished: refused, and droppable.
+    let creating = text.replacen("\"state\": \"ready\"", "\"state\": \"creating\"", 1);
+    assert_ne!(text, creating);
+    std::fs::write(&entry_path, creating).unwrap();
+    let err = reg.open("r", &no_options()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::Incomplete { .. }), "{err}");
+    reg.drop_store("r", &no_options()).await.unwrap();
+    assert!(reg.list().unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
