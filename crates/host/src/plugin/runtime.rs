@@ -6,11 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_buffer::Buffer;
-use arrow_ipc::MetadataVersion;
-use arrow_ipc::reader::StreamDecoder;
-use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
 use arrow_schema::{Schema, SchemaRef};
+// The contract's wire format, shared with the guest side: bounded, in-place
+// decoding of untrusted IPC (arrays fully validated), one-allocation encoding.
+use lance_context_plugin::ipc::{decode, decode_schema, encode};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
@@ -600,7 +599,7 @@ impl LoadedPlugin {
     }
 
     fn encode_input(&self, batch: &RecordBatch) -> Result<Vec<u8>, PluginError> {
-        encode(batch).map_err(|message| PluginError::MalformedInput {
+        encode(std::slice::from_ref(batch)).map_err(|message| PluginError::MalformedInput {
             plugin: self.label.clone(),
             message,
         })
@@ -809,52 +808,4 @@ fn now_micros() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
-}
-
-/// One allocation sized for the buffers, 8-byte padding.
-fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
-    let mut out =
-        Vec::with_capacity(batch.get_array_memory_size() + 64 * batch.num_columns() + 1024);
-    let options =
-        IpcWriteOptions::try_new(8, false, MetadataVersion::V5).map_err(|e| e.to_string())?;
-    let mut writer = StreamWriter::try_new_with_options(&mut out, &batch.schema(), options)
-        .map_err(|e| e.to_string())?;
-    writer.write(batch).map_err(|e| e.to_string())?;
-    writer.finish().map_err(|e| e.to_string())?;
-    drop(writer);
-    Ok(out)
-}
-
-/// Bounded decode of untrusted IPC (never trusts length prefixes to
-/// allocate), in place: the arrays point into `bytes`. Arrays are fully
-/// validated (offsets, UTF-8) by the decoder.
-fn decode(bytes: Vec<u8>) -> Result<Vec<RecordBatch>, String> {
-    let mut decoder = StreamDecoder::new();
-    let mut buffer = Buffer::from_vec(bytes);
-    let mut batches = Vec::new();
-    while !buffer.is_empty() {
-        match decoder.decode(&mut buffer) {
-            Ok(Some(b)) => batches.push(b),
-            Ok(None) => {}
-            Err(e) => return Err(format!("invalid Arrow IPC stream: {e}")),
-        }
-    }
-    decoder
-        .finish()
-        .map_err(|e| format!("truncated Arrow IPC stream: {e}"))?;
-    Ok(batches)
-}
-
-fn decode_schema(bytes: &[u8]) -> Result<Schema, String> {
-    let mut decoder = StreamDecoder::new();
-    let mut buffer = Buffer::from(bytes);
-    while !buffer.is_empty() {
-        decoder
-            .decode(&mut buffer)
-            .map_err(|e| format!("the declared schema is not Arrow IPC: {e}"))?;
-    }
-    decoder
-        .schema()
-        .map(|s| s.as_ref().clone())
-        .ok_or_else(|| "the declared schema stream holds no schema".to_string())
 }
