@@ -23,3 +23,17 @@ pub fn built_plugin(name: &str) -> std::path::PathBuf {
     std::path::Path::new(BUILT_PLUGINS_DIR)
         .join(format!("lance_context_{}.wasm", name.replace('-', "_")))
 }
+
+/// Hex sha256 of plugin bytes: how a plugin is identified and pinned.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The host's clock in microseconds since the epoch, as handed to plugins.
+pub(crate) fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}

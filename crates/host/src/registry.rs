@@ -37,7 +37,6 @@ use lance_context_store::{
     VectorColumn, VectorIndexKind,
 };
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime};
 use crate::spec::{KeyRule, SchemaSpec, SpecErrors};
@@ -212,7 +211,7 @@ impl NamedStore {
         &self,
         batch: &arrow_array::RecordBatch,
     ) -> Result<lance_context_store::AddOutcome, crate::pipeline::PipelineError> {
-        let now = chrono::Utc::now().timestamp_micros();
+        let now = crate::now_micros();
         crate::pipeline::add(&self.plugin, &self.store, batch, now).await
     }
 
@@ -222,7 +221,7 @@ impl NamedStore {
         &self,
         batch: &arrow_array::RecordBatch,
     ) -> std::result::Result<Vec<UpsertOutcome>, crate::pipeline::PipelineError> {
-        let now = chrono::Utc::now().timestamp_micros();
+        let now = crate::now_micros();
         let input = crate::pipeline::to_input(&self.plugin, batch)?;
         let ready = self.plugin.prepare(&input, now)?;
         Ok(self.store.upsert(&ready).await?)
@@ -239,7 +238,7 @@ impl NamedStore {
         Option<lance_context_store::PatchedVersion>,
         crate::pipeline::PipelineError,
     > {
-        let now = chrono::Utc::now().timestamp_micros();
+        let now = crate::now_micros();
         let Some(mut version) = self
             .store
             .patch_version(target, patch, &lance_context_store::generate_id())
@@ -280,7 +279,7 @@ impl NamedStore {
             })?;
         let request = crate::query::named_request(&self.entry.spec, &query.name, args)?;
         let rows = self.store.scan(request).await?;
-        let now = chrono::Utc::now().timestamp_micros();
+        let now = crate::now_micros();
         Ok(self.plugin.reduce(name, &rows, now)?)
     }
 
@@ -345,13 +344,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegistryError + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Write `bytes` to `path` atomically (a temporary file, then rename).
@@ -546,7 +538,7 @@ impl Registry {
         let path = self.plugin_path(sha256);
         match std::fs::read(&path) {
             Ok(existing) => {
-                let found = sha256_hex(&existing);
+                let found = crate::sha256_hex(&existing);
                 if found != sha256 {
                     return Err(RegistryError::PluginTampered {
                         name: name.to_string(),
@@ -610,7 +602,7 @@ impl Registry {
             }
             Err(e) => return Err(io(&path)(e)),
         };
-        let found = sha256_hex(&bytes);
+        let found = crate::sha256_hex(&bytes);
         if found != entry.plugin.sha256 {
             return Err(RegistryError::PluginTampered {
                 name: entry.name.clone(),

@@ -117,9 +117,6 @@ pub(crate) fn check_capabilities(caps: &RecordCapabilities, schema: &Schema) -> 
     if let Some(key) = &caps.secondary_key {
         need(key, false, "secondary key")?;
     }
-    if caps.unique_keys && caps.secondary_key.is_none() && !caps.tombstones {
-        // Unique keys alone are meaningful; nothing more to check.
-    }
     Ok(())
 }
 

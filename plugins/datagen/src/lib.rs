@@ -304,8 +304,8 @@ fn validate_events(batch: &RecordBatch, errors: &mut RowErrors) {
             continue;
         }
         let is_field = event_type.starts_with("FIELD_");
-        if is_field || event_type.starts_with("STEP_") || event_type == "FAILED" {
-            for name in ["step_name", "step_kind", "step_index"] {
+        let require = |names: [&str; 3], errors: &mut RowErrors| {
+            for name in names {
                 if !cols.is_set(name, row) {
                     errors.push(
                         row,
@@ -315,18 +315,12 @@ fn validate_events(batch: &RecordBatch, errors: &mut RowErrors) {
                     );
                 }
             }
+        };
+        if is_field || event_type.starts_with("STEP_") || event_type == "FAILED" {
+            require(["step_name", "step_kind", "step_index"], errors);
         }
         if is_field {
-            for name in ["field_name", "field_type", "codec_version"] {
-                if !cols.is_set(name, row) {
-                    errors.push(
-                        row,
-                        Some(name),
-                        "required",
-                        format!("{event_type} needs {name}"),
-                    );
-                }
-            }
+            require(["field_name", "field_type", "codec_version"], errors);
             check_value(&cols, row, event_type, errors);
         }
         if event_type == "FAILED" && cols.str("error_type", row).is_none_or(str::is_empty) {

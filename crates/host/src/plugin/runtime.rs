@@ -10,7 +10,6 @@ use arrow_schema::{Schema, SchemaRef};
 // The contract's wire format, shared with the guest side: bounded, in-place
 // decoding of untrusted IPC (arrays fully validated), one-allocation encoding.
 use lance_context_plugin::ipc::{decode, decode_schema, encode};
-use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -317,7 +316,7 @@ impl PluginRuntime {
         bytes: &[u8],
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
-        let sha256 = hex(&Sha256::digest(bytes));
+        let sha256 = crate::sha256_hex(bytes);
         let component = Component::new(&self.engine, bytes).map_err(|e| PluginError::Load {
             plugin: label.to_string(),
             message: format!("{e:#}"),
@@ -615,7 +614,7 @@ impl LoadedPlugin {
     /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with every row error.
     pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
         let bytes = self.encode_input(batch)?;
-        let context = self.context(now_micros());
+        let context = self.context(crate::now_micros());
         self.call(|p, s| p.call_validate(s, &bytes, &context))?
             .map_err(|e| self.batch_error(e))
     }
@@ -797,15 +796,4 @@ fn assemble(
         columns,
     )
     .map_err(|e| e.to_string())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
 }
