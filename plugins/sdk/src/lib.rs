@@ -163,25 +163,9 @@ pub fn run_reduce<P: Plugin>(
     let Some(first) = batches.first() else {
         return Err(CallError::Malformed("the stream holds no batch".into()));
     };
-    let rows = arrow_select_concat(&first.schema(), &batches)?;
-    P::reduce(query, &rows, call)
-}
-
-fn arrow_select_concat(
-    schema: &SchemaRef,
-    batches: &[RecordBatch],
-) -> Result<RecordBatch, CallError> {
-    if batches.len() == 1 {
-        return Ok(batches[0].clone());
-    }
-    let columns = (0..schema.fields().len())
-        .map(|i| {
-            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
-            arrow_select::concat::concat(&arrays)
-        })
-        .collect::<Result<Vec<_>, _>>()
+    let rows = arrow_select::concat::concat_batches(&first.schema(), &batches)
         .map_err(|e| CallError::Malformed(e.to_string()))?;
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| CallError::Malformed(e.to_string()))
+    P::reduce(query, &rows, call)
 }
 
 /// A failed call, as the contract's `batch-error`.
