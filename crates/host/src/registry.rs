@@ -396,7 +396,8 @@ impl Registry {
     /// the name, pin the plugin, create the dataset. Returns it opened.
     pub async fn create(&self, name: &str, options: CreateOptions) -> Result<NamedStore> {
         check_name(name)?;
-        let (bytes, params, source, key_rule) = match &options.source {
+        // (bytes, describe params, pinned source, label for errors, key rule)
+        let (bytes, params, source, label, key_rule) = match &options.source {
             SchemaSource::Builtin(plugin) => {
                 if !BUILTIN_PLUGINS.contains(&plugin.as_str()) {
                     return Err(RegistryError::UnknownPlugin {
@@ -409,6 +410,7 @@ impl Registry {
                     bytes,
                     options.params.clone(),
                     format!("builtin:{plugin}"),
+                    plugin.clone(),
                     KeyRule::Builtin,
                 )
             }
@@ -416,6 +418,7 @@ impl Registry {
                 bytes.clone(),
                 options.params.clone(),
                 format!("file:{label}"),
+                label.clone(),
                 KeyRule::IdOnly,
             ),
             SchemaSource::Spec(spec) => {
@@ -436,19 +439,17 @@ impl Registry {
                     bytes,
                     vec![("spec".to_string(), spec.to_json())],
                     "spec".to_string(),
+                    spec.name.clone(),
                     KeyRule::IdOnly,
                 )
             }
         };
-        let label = match &options.source {
-            SchemaSource::Plugin { label, .. } => label.clone(),
-            SchemaSource::Builtin(plugin) => plugin.clone(),
-            SchemaSource::Spec(spec) => spec.name.clone(),
-        };
         let plugin = self.runtime.load(&label, &bytes, params.clone())?;
         let declared = plugin.declaration().clone();
-        // Plugins are loaded under the built-in key rule; user schemas key by `id`.
-        declared.spec.check(key_rule)?;
+        // Loading checked the built-in key rule; user schemas key by `id`.
+        if key_rule == KeyRule::IdOnly {
+            declared.spec.check(key_rule)?;
+        }
 
         let uri = options.uri.clone().unwrap_or_else(|| {
             self.root
