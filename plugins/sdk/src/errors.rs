@@ -11,6 +11,19 @@ pub struct RowError {
     pub message: String,
 }
 
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.column {
+            Some(c) => write!(
+                f,
+                "row {}, column '{c}': {} ({})",
+                self.row, self.message, self.code
+            ),
+            None => write!(f, "row {}: {} ({})", self.row, self.message, self.code),
+        }
+    }
+}
+
 /// Collects every problem found in a batch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RowErrors {

@@ -48,27 +48,9 @@ impl Default for PluginLimits {
     }
 }
 
-/// One row-level problem reported by a plugin.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowError {
-    pub row: u32,
-    pub column: Option<String>,
-    pub code: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for RowError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.column {
-            Some(c) => write!(
-                f,
-                "row {}, column '{c}': {} ({})",
-                self.row, self.message, self.code
-            ),
-            None => write!(f, "row {}: {} ({})", self.row, self.message, self.code),
-        }
-    }
-}
+/// One row-level problem reported by a plugin: the SDK's type, which both
+/// sides of the contract share.
+pub use lance_context_plugin::RowError;
 
 /// A plugin failure, always naming the plugin.
 #[derive(Debug, thiserror::Error)]
