@@ -15,8 +15,10 @@ demo: deps
 bench: deps
 	$(CARGO) run --release -p lance-context-host --bin lance-context -- bench --data data/bench
 
-## The test suite: the host workspace, then the plugins workspace.
+## The test suite: the host workspace (with the CLI binary its tests spawn),
+## then the plugins workspace.
 test: deps test-deps
+	$(CARGO) build -p lance-context-host --bin lance-context
 	$(CARGO) test --workspace
 	$(MAKE) test-plugins
 

@@ -11,6 +11,7 @@ mod plugins;
 mod read;
 mod records;
 mod registry;
+mod sandbox;
 mod shards;
 mod storage_options;
 mod vectors;

@@ -1,9 +1,7 @@
-//! The plugin runtime with real components: the built-in schemas, and a
-//! hostile plugin whose every misbehaviour must end in a typed error while the
-//! same runtime keeps serving.
+//! The plugin runtime with real components: the built-in schemas and the
+//! example third-party plugin. (The hostile corpus is in `sandbox`.)
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use arrow_array::{LargeStringArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
@@ -13,16 +11,16 @@ use lance_context_store::{Store, StoreConfig};
 
 use crate::support::temp_uri;
 
-fn runtime(limits: PluginLimits) -> PluginRuntime {
+pub fn runtime(limits: PluginLimits) -> PluginRuntime {
     PluginRuntime::new(limits, None).unwrap()
 }
 
-fn bytes(name: &str) -> Vec<u8> {
+pub fn bytes(name: &str) -> Vec<u8> {
     let path = built_plugin(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+pub fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -30,7 +28,7 @@ fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// A client batch for the rollout schema: only some columns, nullable.
-fn rollout_rows(ids: &[&str], rollouts: &[Option<&str>]) -> RecordBatch {
+pub fn rollout_rows(ids: &[&str], rollouts: &[Option<&str>]) -> RecordBatch {
     RecordBatch::try_new(
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Utf8, true),
@@ -154,117 +152,6 @@ async fn rollout_rows_go_through_the_component_into_a_store_and_back() {
     assert_eq!(problem, "r1", "the plugin's default reached the store");
 }
 
-fn hostile(mode: &str) -> RecordBatch {
-    RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Utf8, false),
-            Field::new("mode", DataType::Utf8, true),
-        ])),
-        vec![
-            Arc::new(StringArray::from(vec!["x"])),
-            Arc::new(StringArray::from(vec![mode])),
-        ],
-    )
-    .unwrap()
-}
-
-#[test]
-fn hostile_plugins_get_typed_errors_and_the_host_keeps_serving() {
-    let limits = PluginLimits {
-        call_deadline: Duration::from_millis(300),
-        memory_bytes: 64 << 20,
-        ..PluginLimits::default()
-    };
-    let rt = runtime(limits);
-    let good = rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
-    let bad = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
-    let still_serving = || {
-        good.validate(&rollout_rows(&["a"], &[Some("r")])).unwrap();
-        bad.validate(&hostile("behave")).unwrap();
-    };
-
-    let started = Instant::now();
-    let err = bad.validate(&hostile("loop")).unwrap_err();
-    assert!(matches!(err, PluginError::Timeout { .. }), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the deadline fired"
-    );
-    assert!(
-        err.to_string().contains("hostile"),
-        "names the plugin: {err}"
-    );
-    still_serving();
-
-    let err = bad.validate(&hostile("bomb")).unwrap_err();
-    assert!(matches!(err, PluginError::MemoryLimit { .. }), "{err}");
-    still_serving();
-
-    let err = bad.validate(&hostile("panic")).unwrap_err();
-    assert!(
-        matches!(&err, PluginError::Panic { message, .. } if message.contains("panicked on purpose")),
-        "{err}"
-    );
-    still_serving();
-
-    let err = bad.transform(&hostile("garbage"), 0).unwrap_err();
-    assert!(matches!(err, PluginError::MalformedOutput { .. }), "{err}");
-    still_serving();
-
-    // The reduce export is sandboxed the same way.
-    let err = bad.reduce("q", &hostile("panic"), 0).unwrap_err();
-    assert!(matches!(err, PluginError::Panic { .. }), "{err}");
-    still_serving();
-
-    let err = bad.transform(&hostile("lying"), 0).unwrap_err();
-    assert!(
-        matches!(&err, PluginError::SchemaMismatch { message, .. } if message.contains("mode")),
-        "{err}"
-    );
-    still_serving();
-
-    let err = rt
-        .load("hostile", &bytes("test_hostile"), params(&[("abi", "99")]))
-        .unwrap_err();
-    assert!(
-        matches!(err, PluginError::UnsupportedAbi { found: 99, .. }),
-        "{err}"
-    );
-
-    // A declaration breaking several rules: every problem is reported.
-    let err = rt
-        .load(
-            "hostile",
-            &bytes("test_hostile"),
-            params(&[("broken", "1")]),
-        )
-        .unwrap_err();
-    let PluginError::InvalidDeclaration { problems, .. } = &err else {
-        panic!("{err}")
-    };
-    let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
-    assert_eq!(
-        fields,
-        [
-            "columns[1].name",
-            "columns[0].nullable",
-            "columns[0].type",
-            "blob_columns[0]",
-            "vectors[0].dimension",
-            "vectors[0].column",
-            "secondary_key",
-            "capabilities[0]",
-            "capabilities[0]",
-            "capabilities[0]"
-        ],
-        "{err}"
-    );
-
-    let err = rt.load("junk", b"not a component", vec![]).unwrap_err();
-    assert!(matches!(err, PluginError::Load { .. }), "{err}");
-    still_serving();
-}
-
 #[test]
 fn concurrent_callers_each_get_an_instance() {
     let rt = runtime(PluginLimits::default());
@@ -289,46 +176,6 @@ fn concurrent_callers_each_get_an_instance() {
     for t in threads {
         t.join().unwrap();
     }
-}
-
-#[test]
-fn a_second_start_hits_the_compiled_component_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let first =
-        PluginRuntime::new(PluginLimits::default(), Some(dir.path().to_path_buf())).unwrap();
-    first.load("rollout", &bytes("rollout"), vec![]).unwrap();
-    let (hits, misses) = first.cache_stats().unwrap();
-    assert_eq!(hits, 0);
-    assert!(misses >= 1);
-    drop(first);
-    // The cache is written by a background worker: wait until it has landed.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count_files(dir.path()) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the first start wrote nothing to the cache"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let second =
-        PluginRuntime::new(PluginLimits::default(), Some(dir.path().to_path_buf())).unwrap();
-    second.load("rollout", &bytes("rollout"), vec![]).unwrap();
-    let (hits, misses) = second.cache_stats().unwrap();
-    assert!(hits >= 1, "second start: {hits} hits, {misses} misses");
-}
-
-fn count_files(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| {
-                    let path = e.path();
-                    if path.is_dir() { count_files(&path) } else { 1 }
-                })
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// The example third-party plugin (`plugins/example`): JSON Lines in, its

@@ -569,20 +569,25 @@ async fn the_datagen_fold_is_a_reducing_named_query() {
     ];
     add_json(&datagen, &lines.join("\n")).await.unwrap();
     let arg = vec![("item_id".to_string(), "i1".to_string())];
-    let state = datagen.reduce("item_state", &arg).await.unwrap();
+    let json = |raw: Box<serde_json::value::RawValue>| -> serde_json::Value {
+        serde_json::from_str(raw.get()).unwrap()
+    };
+    let state = json(datagen.reduce("item_state", &arg).await.unwrap());
     let item = &state["item"];
     assert_eq!(item["status"], "completed");
     assert_eq!(item["fields"]["answer"]["value"], "42");
     assert_eq!(item["query_tags"]["k"], 1);
     assert_eq!(item["started"], serde_json::json!(["gen"]));
-    let trajectory = datagen.reduce("item_trajectory", &arg).await.unwrap();
+    let trajectory = json(datagen.reduce("item_trajectory", &arg).await.unwrap());
     assert_eq!(trajectory.as_array().unwrap().len(), 1);
     assert_eq!(trajectory[0]["item_seq"], 4);
     // An item never created folds to null; raw events stay a plain query.
-    let none = datagen
-        .reduce("item_state", &[("item_id".into(), "nope".into())])
-        .await
-        .unwrap();
+    let none = json(
+        datagen
+            .reduce("item_state", &[("item_id".into(), "nope".into())])
+            .await
+            .unwrap(),
+    );
     assert_eq!(none, serde_json::json!({"item": null}));
     assert_eq!(
         datagen.query("item_events", &arg).await.unwrap().num_rows(),
@@ -658,4 +663,141 @@ async fn every_supported_type_round_trips_through_a_spec_store() {
         assert!(column.is_valid(0), "{} came back null", field.name());
     }
     named.store.close().await.unwrap();
+}
+
+fn notes_spec() -> SchemaSource {
+    SchemaSource::Spec(SchemaSpec::from_json(NOTES_SPEC).unwrap())
+}
+
+/// Rewrite a store's entry file (what someone with write access to the data
+/// root could do).
+fn edit_entry(root: &std::path::Path, name: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = root.join(format!("registry/stores/{name}.json"));
+    let mut entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut entry);
+    std::fs::write(&path, serde_json::to_vec(&entry).unwrap()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_deletes_only_the_stores_own_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let reg = registry(&root);
+    for name in ["a", "b", "c", "d"] {
+        reg.create(name, CreateOptions::new(notes_spec()))
+            .await
+            .unwrap()
+            .store
+            .close()
+            .await
+            .unwrap();
+    }
+    let precious = dir.path().join("precious");
+    std::fs::create_dir_all(&precious).unwrap();
+    std::fs::write(precious.join("thesis.txt"), "years of work").unwrap();
+    let b_data = root.join("stores/b");
+    for (name, uri, why) in [
+        ("a", root.to_string_lossy().into_owned(), "data root"),
+        (
+            "b",
+            root.join("stores").to_string_lossy().into_owned(),
+            "overlaps store",
+        ),
+        (
+            "c",
+            b_data.to_string_lossy().into_owned(),
+            "overlaps store 'b'",
+        ),
+        (
+            "d",
+            precious.to_string_lossy().into_owned(),
+            "not a Lance dataset",
+        ),
+    ] {
+        let honest = reg.describe(name).unwrap().uri;
+        edit_entry(&root, name, |e| e["uri"] = serde_json::json!(uri));
+        let err = reg.drop_store(name, &no_options()).await.unwrap_err();
+        assert!(
+            matches!(&err, RegistryError::UnsafeUri { reason, .. } if reason.contains(why)),
+            "{name}: {err}"
+        );
+        edit_entry(&root, name, |e| e["uri"] = serde_json::json!(honest));
+    }
+    assert!(precious.join("thesis.txt").exists());
+    assert!(b_data.join("_versions").exists());
+    assert!(root.join("registry/stores/b.json").exists());
+    // The honest store drops.
+    reg.drop_store("b", &no_options()).await.unwrap();
+    assert!(!b_data.exists());
+
+    // An entry naming a plugin "digest" that is a path is corrupt, never read.
+    edit_entry(&root, "c", |e| {
+        e["plugin"]["sha256"] = serde_json::json!("../../../../etc/passwd")
+    });
+    assert!(matches!(
+        reg.describe("c"),
+        Err(RegistryError::Corrupt { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_is_created_only_where_nothing_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(&dir.path().join("root"));
+    let busy = dir.path().join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("keep.me"), "mine").unwrap();
+    let mut options = CreateOptions::new(notes_spec());
+    options.uri = Some(busy.to_string_lossy().into_owned());
+    let err = reg.create("n", options).await.unwrap_err();
+    assert!(matches!(err, RegistryError::UriNotEmpty { .. }), "{err}");
+    assert!(
+        busy.join("keep.me").exists(),
+        "nothing of the caller's was touched"
+    );
+    assert!(matches!(
+        reg.describe("n"),
+        Err(RegistryError::NotFound { .. })
+    ));
+    // An empty directory is fine.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut options = CreateOptions::new(notes_spec());
+    options.uri = Some(empty.to_string_lossy().into_owned());
+    reg.create("n", options)
+        .await
+        .unwrap()
+        .store
+        .close()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_and_drops_sharing_a_plugin_file_never_lose_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(&dir.path().join("root"));
+    for round in 0..3 {
+        let old = format!("old{round}");
+        let new = format!("new{round}");
+        reg.create(&old, CreateOptions::new(notes_spec()))
+            .await
+            .unwrap()
+            .store
+            .close()
+            .await
+            .unwrap();
+        let options = no_options();
+        let (dropped, created) = tokio::join!(
+            reg.drop_store(&old, &options),
+            reg.create(&new, CreateOptions::new(notes_spec()))
+        );
+        dropped.unwrap();
+        created.unwrap().store.close().await.unwrap();
+        // The new store pins the same plugin file: it must still be there.
+        let named = reg.open(&new, &no_options()).await.unwrap();
+        named.store.close().await.unwrap();
+        reg.drop_store(&new, &no_options()).await.unwrap();
+    }
 }

@@ -131,3 +131,19 @@ async fn storage_options_reach_every_open() {
     assert_eq!(reader.count(None).await.unwrap(), 27);
     assert!(reader.get("s3c-00001").await.unwrap().is_some());
 }
+
+#[test]
+fn debug_output_never_shows_storage_option_values() {
+    use lance_context_host::registry::{CreateOptions, SchemaSource};
+    let config = StoreConfig::new("s3://bucket/store")
+        .with_storage_option("aws_secret_access_key", "hunter2-secret");
+    let shown = format!("{config:?}");
+    assert!(shown.contains("aws_secret_access_key"), "{shown}");
+    assert!(!shown.contains("hunter2-secret"), "{shown}");
+    let mut options = CreateOptions::new(SchemaSource::Builtin("rollout".into()));
+    options
+        .storage_options
+        .insert("aws_secret_access_key".into(), "hunter2-secret".into());
+    let shown = format!("{options:?}");
+    assert!(!shown.contains("hunter2-secret"), "{shown}");
+}

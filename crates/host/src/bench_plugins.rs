@@ -120,13 +120,12 @@ pub async fn run(args: PluginBenchArgs) -> Result<()> {
 
     // Loading.
     let t = Instant::now();
-    let cold = PluginRuntime::new(PluginLimits::default(), Some(cache.clone()))?;
+    let cold = PluginRuntime::new(PluginLimits::default(), Some(&cache))?;
     cold.load("rollout", &bytes, vec![])?;
     let cold_load = t.elapsed();
     drop(cold);
-    std::thread::sleep(Duration::from_millis(500)); // let the cache worker write
     let t = Instant::now();
-    let runtime = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
+    let runtime = PluginRuntime::new(PluginLimits::default(), Some(&cache))?;
     let plugin: LoadedPlugin = runtime.load("rollout", &bytes, vec![])?;
     let warm_load = t.elapsed();
     println!(

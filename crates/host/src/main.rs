@@ -127,8 +127,8 @@ struct StoreArgs {
     #[arg(long, default_value = "id")]
     key: String,
     /// Storage option `key=value`; repeatable.
-    #[arg(long = "storage-option", value_parser = parse_kv)]
-    storage_options: Vec<(String, String)>,
+    #[arg(long = "storage-option", value_parser = parse_storage_option)]
+    storage_options: Vec<StorageOption>,
 }
 
 /// What to read: filter, columns, order, limit, offset.
@@ -183,6 +183,21 @@ struct DemoArgs {
     concurrency: usize,
 }
 
+/// A `--storage-option key=value`. Values are credentials: `Debug` shows
+/// the key only.
+#[derive(Clone)]
+pub(crate) struct StorageOption(pub String, pub String);
+
+impl std::fmt::Debug for StorageOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}=<redacted>", self.0)
+    }
+}
+
+pub(crate) fn parse_storage_option(s: &str) -> Result<StorageOption, String> {
+    parse_kv(s).map(|(k, v)| StorageOption(k, v))
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -196,7 +211,7 @@ impl StoreArgs {
             .with_storage_options(
                 self.storage_options
                     .iter()
-                    .cloned()
+                    .map(|o| (o.0.clone(), o.1.clone()))
                     .collect::<HashMap<_, _>>(),
             )
     }
@@ -224,17 +239,17 @@ fn main() -> ExitCode {
 }
 
 /// Exit codes: 2 invalid input, 3 not found, 4 conflict/exists, 5 busy or
-/// unavailable, 1 anything else.
+/// unavailable, 6 plugin fault, 1 anything else.
 fn exit_code(err: &anyhow::Error) -> u8 {
     use lance_context_host::pipeline::PipelineError;
     use lance_context_host::registry::{QueryFailure, RegistryError};
     if let Some(e) = err.downcast_ref::<RegistryError>() {
         return match e {
+            RegistryError::Plugin(e) => plugin_exit_code(e),
             RegistryError::InvalidName { .. }
             | RegistryError::Spec(_)
             | RegistryError::UnknownPlugin { .. }
-            | RegistryError::MissingStorageOptions { .. }
-            | RegistryError::Plugin(_) => 2,
+            | RegistryError::MissingStorageOptions { .. } => 2,
             RegistryError::NotFound { .. } => 3,
             RegistryError::AlreadyExists { .. } => 4,
             RegistryError::Incomplete { .. } => 5,
@@ -245,14 +260,19 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(e) = err.downcast_ref::<PipelineError>() {
         return match e {
             PipelineError::Store(e) => store_exit_code(e.kind()),
+            PipelineError::Plugin(e) => plugin_exit_code(e),
             _ => 2,
         };
     }
     if let Some(e) = err.downcast_ref::<QueryFailure>() {
         return match e {
             QueryFailure::Store(e) => store_exit_code(e.kind()),
+            QueryFailure::Plugin(e) => plugin_exit_code(e),
             _ => 2,
         };
+    }
+    if let Some(e) = err.downcast_ref::<lance_context_host::plugin::PluginError>() {
+        return plugin_exit_code(e);
     }
     if err
         .downcast_ref::<lance_context_host::spec::SpecErrors>()
@@ -262,6 +282,12 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
     err.downcast_ref::<lance_context_store::Error>()
         .map_or(1, |e| store_exit_code(e.kind()))
+}
+
+/// A plugin that failed (trap, deadline, limit, bad output) is a plugin
+/// fault, 6; one that refused the caller's rows or parameters, invalid input.
+fn plugin_exit_code(e: &lance_context_host::plugin::PluginError) -> u8 {
+    if e.is_fault() { 6 } else { 2 }
 }
 
 fn store_exit_code(kind: ErrorKind) -> u8 {
@@ -386,7 +412,10 @@ fn plugin_bytes(plugin: &str) -> Result<(String, Vec<u8>)> {
 
 fn plugin_command(command: PluginCommand) -> Result<()> {
     use lance_context_host::plugin::{PluginLimits, PluginRuntime};
-    let runtime = PluginRuntime::new(PluginLimits::default(), None)?;
+    let runtime = PluginRuntime::new(
+        PluginLimits::default(),
+        lance_context_host::plugin::default_cache_dir().as_deref(),
+    )?;
     match command {
         PluginCommand::Inspect { plugin, params } => {
             let (label, bytes) = plugin_bytes(&plugin)?;

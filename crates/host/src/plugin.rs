@@ -1,31 +1,57 @@
 //! Schema plugins: WebAssembly components run in a sandbox.
 //!
-//! # Sandbox
-//! A plugin gets WASI with nothing behind it: no environment, arguments,
-//! directories or sockets; a frozen clock (always the epoch) and a fixed random
-//! source, so it cannot observe time or entropy; stderr is captured (to report
-//! a panic's message). Every call has a deadline (epoch interruption, a 10 ms
-//! ticker), every instance a memory cap, every output a size cap.
+//! # Threat model
+//! A plugin is untrusted code from a third party. Whatever it does, the host
+//! keeps serving, the data stays safe, and the code that runs is the code the
+//! store pinned (by sha256). A plugin **can**: compute on the batches it is
+//! given, allocate up to its memory cap, write to stdout/stderr (captured,
+//! bounded, shown only escaped), read the host's entropy, and return data —
+//! which the host treats as untrusted input. A plugin **cannot**: reach a
+//! file, a socket, the environment or the real clock; block or sleep; run
+//! past its deadline; use more than its memory cap over all its memories and
+//! tables; keep state from one call to the next; make the host allocate more
+//! than its output caps; or crash, hang or abort the host.
+//!
+//! # How
+//! - **Sandbox** (`sandbox`): only the WASI interfaces Rust's standard library
+//!   imports are linked, each implemented without blocking or reaching out
+//!   (the table is in that module's docs). A component importing anything
+//!   else does not load. Nothing enters an async runtime, so calls behave the
+//!   same inside tokio (the CLI, the server) and outside.
+//! - **Limits** ([`PluginLimits`]): a deadline per call (epoch interruption,
+//!   a 10 ms ticker that lives as long as any plugin does), one memory cap
+//!   over all memories and tables of an instance, low caps on core instances,
+//!   memories and tables, a bounded wasm stack, a cap on concurrent calls,
+//!   and on the size and compile time of a component.
+//! - **Fresh state**: every call gets a new instance; nothing a call leaves in
+//!   memory is seen by the next, and no memory is kept between calls.
+//! - **Untrusted output** (`abi`, `output`): exports are called through typed
+//!   functions whose results stay in guest memory until read, so every list
+//!   and string is measured before it is copied; row errors are capped (the
+//!   total is still reported); plugin text is cut and escaped
+//!   ([`PluginError`]). Arrow IPC from a plugin goes through the bounded
+//!   decoder of `lance-context-wire` (compression, dictionary deltas,
+//!   malformed types and buffers outside their body refused before decoding);
+//!   a reduce result is checked to be JSON without being built.
+//! - **Pinned code** (`cache`): compiled components are cached in a private
+//!   per-user directory, each entry authenticated with an HMAC under a key
+//!   only that user can read; a planted or swapped entry is refused and
+//!   recompiled.
 //!
 //! # Failures
 //! Expected failures travel as data: `describe` refusing its parameters,
-//! `validate` / `transform` returning row errors. A trap — deadline, memory,
-//! panic — becomes a typed [`PluginError`] naming the plugin; the instance that
-//! trapped is dropped and the next call gets a fresh one. Outputs are checked:
-//! the declared schema must decode and be keyed properly, the ABI version must
-//! be one the host knows, and a transform's output must decode (bounded
-//! decoder) and match the declared schema exactly.
-//!
-//! # Reuse and caching
-//! Components are compiled once per runtime, through wasmtime's on-disk cache
-//! (keyed by content hash and engine version), so a second start does not
-//! recompile. Each loaded plugin keeps a pool of instances, reused across
-//! calls; calls from several threads each take their own instance.
+//! `validate` / `transform` returning row errors. Everything else — a trap,
+//! the deadline, the memory cap, a forbidden call, an output too large or
+//! malformed or not matching the declaration — is a typed [`PluginError`]
+//! naming the plugin ([`PluginError::is_fault`]).
 
-mod bindings;
+mod abi;
+mod cache;
+mod error;
+mod output;
 mod runtime;
+mod sandbox;
 
-pub use runtime::{
-    ABI_VERSION, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits, PluginRuntime,
-    RowError,
-};
+pub use cache::{CacheStats, default_cache_dir};
+pub use error::{PluginError, RowError, Violation};
+pub use runtime::{ABI_VERSION, LoadedPlugin, PluginDeclaration, PluginLimits, PluginRuntime};

@@ -20,6 +20,9 @@ pub enum QueryError {
         available: Vec<String>,
     },
     /// Missing, extra or empty arguments.
+    #[error(transparent)]
+    Bind(#[from] crate::spec::BindError),
+    /// The query is not one this call can run (e.g. not a reducing query).
     #[error("{0}")]
     Arguments(String),
 }
@@ -49,7 +52,7 @@ pub fn named_request(
             name: name.to_string(),
             available: spec.queries.iter().map(|q| q.name.clone()).collect(),
         })?;
-    let filter = query.bind(args).map_err(QueryError::Arguments)?;
+    let filter = query.bind(args)?;
     let mut request = ScanRequest::new()
         .filter(filter)
         .project(default_projection(spec));

@@ -33,8 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lance_context_store::{
-    IndexSettings, Metric, PatchTarget, RecordCapabilities, Store, StoreConfig, UpsertOutcome,
-    VectorColumn, VectorIndexKind,
+    IndexSettings, Location, Metric, PatchTarget, RecordCapabilities, Store, StoreConfig,
+    UpsertOutcome, VectorColumn, VectorIndexKind,
 };
 use serde::{Deserialize, Serialize};
 
@@ -107,15 +107,27 @@ pub enum RegistryError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// An entry does not parse.
+    /// An entry does not parse, or names a plugin digest that is not one.
     #[error("{path}: corrupt registry entry: {message}")]
     Corrupt { path: PathBuf, message: String },
+    /// The location given for a new store already holds files.
+    #[error(
+        "store '{name}': {uri} is not empty; a store is created only where nothing is (choose another --uri)"
+    )]
+    UriNotEmpty { name: String, uri: String },
+    /// Drop refused to delete a location that is not (only) this store's data.
+    #[error("store '{name}': refusing to delete {uri}: {reason}")]
+    UnsafeUri {
+        name: String,
+        uri: String,
+        reason: String,
+    },
 }
 
 type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
 /// Where a store's schema comes from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum SchemaSource {
     /// A built-in plugin: `rollout`, `context` or `datagen`.
     Builtin(String),
@@ -125,8 +137,23 @@ pub enum SchemaSource {
     Spec(SchemaSpec),
 }
 
-/// How to create a store.
-#[derive(Debug, Clone)]
+impl std::fmt::Debug for SchemaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Builtin(name) => f.debug_tuple("Builtin").field(name).finish(),
+            Self::Plugin { label, bytes } => f
+                .debug_struct("Plugin")
+                .field("label", label)
+                .field("bytes", &bytes.len())
+                .finish(),
+            Self::Spec(spec) => f.debug_tuple("Spec").field(&spec.name).finish(),
+        }
+    }
+}
+
+/// How to create a store. Its `Debug` output shows the storage options'
+/// keys only.
+#[derive(Clone)]
 pub struct CreateOptions {
     pub source: SchemaSource,
     /// Creation parameters given to the plugin's `describe` (not for `Spec`).
@@ -135,6 +162,19 @@ pub struct CreateOptions {
     pub uri: Option<String>,
     /// Object-store options; only their keys are recorded.
     pub storage_options: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for CreateOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut keys: Vec<&String> = self.storage_options.keys().collect();
+        keys.sort();
+        f.debug_struct("CreateOptions")
+            .field("source", &self.source)
+            .field("params", &self.params)
+            .field("uri", &self.uri)
+            .field("storage_option_keys", &keys)
+            .finish()
+    }
 }
 
 impl CreateOptions {
@@ -264,7 +304,7 @@ impl NamedStore {
         &self,
         name: &str,
         args: &[(String, String)],
-    ) -> std::result::Result<serde_json::Value, QueryFailure> {
+    ) -> std::result::Result<Box<serde_json::value::RawValue>, QueryFailure> {
         let query = self
             .entry
             .spec
@@ -366,6 +406,69 @@ fn uuid_like() -> String {
     )
 }
 
+/// An exclusive lock on a file of the registry, held until dropped (the OS
+/// releases it if the process dies, so a crashed create never wedges a name).
+#[derive(Debug)]
+struct Lock(std::fs::File);
+
+impl Lock {
+    /// Wait for the lock at `path`.
+    fn acquire(path: &Path) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(io(path))?;
+        file.lock().map_err(io(path))?;
+        Ok(Self(file))
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Whether `digest` is a hex sha256 (what an entry may name as its plugin
+/// file: anything else could be a path).
+fn is_sha256(digest: &str) -> bool {
+    digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A uri as a comparable location: local paths made absolute and
+/// normalised (without touching the file system), others as given with a
+/// trailing `/`.
+fn location(uri: &str) -> String {
+    let local = uri.strip_prefix("file://").unwrap_or(uri);
+    if uri.contains("://") && !uri.starts_with("file://") {
+        return format!("{}/", uri.trim_end_matches('/'));
+    }
+    let path = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
+    let mut clean = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => clean.push(other),
+        }
+    }
+    // Follow symlinks where the path exists, so a link cannot disguise it.
+    let clean = std::fs::canonicalize(&clean).unwrap_or(clean);
+    format!("{}/", clean.to_string_lossy().trim_end_matches('/'))
+}
+
+/// Whether one location contains the other (or they are the same).
+fn overlaps(a: &str, b: &str) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
 impl Registry {
     /// The registry under `root` (created when absent), loading plugins with
     /// `runtime`.
@@ -373,7 +476,11 @@ impl Registry {
         let root = root.into();
         // Recorded uris are absolute, so entries do not depend on the cwd.
         let root = std::path::absolute(&root).map_err(io(&root))?;
-        for dir in [root.join("registry/stores"), root.join("registry/plugins")] {
+        for dir in [
+            root.join("registry/stores"),
+            root.join("registry/plugins"),
+            root.join("registry/locks"),
+        ] {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
         Ok(Self { root, runtime })
@@ -389,7 +496,68 @@ impl Registry {
     }
 
     fn plugin_path(&self, sha256: &str) -> PathBuf {
+        debug_assert!(is_sha256(sha256));
         self.root.join(format!("registry/plugins/{sha256}.wasm"))
+    }
+
+    /// The lock a create or drop of `name` holds for its whole run (waited
+    /// for off the async threads).
+    async fn name_lock(&self, name: &str) -> Result<Lock> {
+        let path = self.root.join(format!("registry/locks/{name}.lock"));
+        tokio::task::spawn_blocking(move || Lock::acquire(&path))
+            .await
+            .map_err(|e| RegistryError::Io {
+                path: self.root.join("registry/locks"),
+                source: std::io::Error::other(e.to_string()),
+            })?
+    }
+
+    /// The lock around claiming a name with its plugin file, and around
+    /// deciding that a plugin file is no longer pinned.
+    fn pins_lock(&self) -> Result<Lock> {
+        Lock::acquire(&self.root.join("registry/locks/pins.lock"))
+    }
+
+    /// Refuse to delete `uri` unless it is only `name`'s data: a Lance
+    /// dataset (or nothing), not the data root or anything containing it,
+    /// not the registry, not inside or around another store's data.
+    async fn check_drop_target(
+        &self,
+        name: &str,
+        uri: &str,
+        storage_options: &HashMap<String, String>,
+    ) -> Result<bool> {
+        let unsafe_uri = |reason: String| RegistryError::UnsafeUri {
+            name: name.to_string(),
+            uri: uri.to_string(),
+            reason,
+        };
+        let target = location(uri);
+        let root = location(&self.root.to_string_lossy());
+        if root.starts_with(&target) {
+            return Err(unsafe_uri("it is the data root or contains it".into()));
+        }
+        if target.starts_with(&format!("{root}registry/")) {
+            return Err(unsafe_uri("it is inside the registry".into()));
+        }
+        for other in self.list()? {
+            if other.name != name && overlaps(&target, &location(&other.uri)) {
+                return Err(unsafe_uri(format!(
+                    "it overlaps store '{}' at {}",
+                    other.name, other.uri
+                )));
+            }
+        }
+        let mut config = StoreConfig::new(uri);
+        config.storage_options = storage_options.clone();
+        match Store::probe(&config).await? {
+            Location::Empty => Ok(false),
+            Location::Dataset => Ok(true),
+            Location::Other => Err(unsafe_uri(
+                "it is not a Lance dataset (no _versions/); delete it yourself if you mean to"
+                    .into(),
+            )),
+        }
     }
 
     /// Create a store: check the name and the schema (every problem), claim
@@ -476,7 +644,23 @@ impl Registry {
             created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         };
 
-        // Claim the name: exactly one concurrent create wins.
+        // One create or drop of a name at a time (held to the end).
+        let _name = self.name_lock(name).await?;
+        if self.entry_path(name).exists() {
+            return Err(RegistryError::AlreadyExists {
+                name: name.to_string(),
+            });
+        }
+        let config = store_config(&entry, &plugin, &options.storage_options);
+        if Store::probe(&config).await? != Location::Empty {
+            return Err(RegistryError::UriNotEmpty {
+                name: name.to_string(),
+                uri: entry.uri.clone(),
+            });
+        }
+        // Claim the name and pin the plugin together: a drop deciding that
+        // the plugin file is unpinned sees this entry, or runs before it.
+        let pins = self.pins_lock()?;
         let path = self.entry_path(name);
         let claim = std::fs::OpenOptions::new()
             .write(true)
@@ -497,22 +681,22 @@ impl Registry {
             Err(e) => return Err(io(&path)(e)),
         }
 
-        let config = store_config(&entry, &plugin, &options.storage_options);
-        let created = async {
-            self.pin_plugin(name, &declared.sha256, &bytes)?;
-            match Store::create(config.clone()).await {
-                Ok(store) => Ok(store),
-                // Someone else's data: leave it.
-                Err(e @ lance_context_store::Error::AlreadyExists { .. }) => Err(e.into()),
-                // A create that failed part-way: remove what it wrote, so the
-                // name and the uri can be used again.
-                Err(e) => {
-                    let _ = Store::destroy(&config).await;
-                    Err(e.into())
-                }
-            }
+        if let Err(e) = self.pin_plugin(name, &declared.sha256, &bytes) {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
         }
-        .await;
+        drop(pins);
+        let created = match Store::create(config.clone()).await {
+            Ok(store) => Ok(store),
+            // Someone else's data appeared meanwhile: leave it.
+            Err(e @ lance_context_store::Error::AlreadyExists { .. }) => Err(e.into()),
+            // A create that failed part-way: the location was empty before,
+            // so everything there is what this create wrote.
+            Err(e) => {
+                let _ = Store::destroy(&config).await;
+                Err(e.into())
+            }
+        };
         match created {
             Ok(store) => {
                 entry.state = EntryState::Ready;
@@ -568,10 +752,24 @@ impl Registry {
             }
             Err(e) => return Err(io(&path)(e)),
         };
-        serde_json::from_slice(&text).map_err(|e| RegistryError::Corrupt {
-            path,
-            message: e.to_string(),
-        })
+        let entry: StoreEntry =
+            serde_json::from_slice(&text).map_err(|e| RegistryError::Corrupt {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        if !is_sha256(&entry.plugin.sha256) {
+            return Err(RegistryError::Corrupt {
+                path,
+                message: "the plugin digest is not a hex sha256".into(),
+            });
+        }
+        if entry.name != name {
+            return Err(RegistryError::Corrupt {
+                path,
+                message: format!("the entry names store '{}'", entry.name),
+            });
+        }
+        Ok(entry)
     }
 
     /// Every entry, by name.
@@ -677,16 +875,24 @@ impl Registry {
     }
 
     /// Drop a store: its data, its entry, and its plugin file when no other
-    /// store pins it. Close the store everywhere first.
+    /// store pins it. Close the store everywhere first. The data is deleted
+    /// only if it is this store's alone (see [`RegistryError::UnsafeUri`]).
     pub async fn drop_store(
         &self,
         name: &str,
         storage_options: &HashMap<String, String>,
     ) -> Result<DropReport> {
+        let _name = self.name_lock(name).await?;
         let entry = self.describe(name)?;
-        let mut config = StoreConfig::new(&entry.uri);
-        config.storage_options = storage_options.clone();
-        Store::destroy(&config).await?;
+        if self
+            .check_drop_target(name, &entry.uri, storage_options)
+            .await?
+        {
+            let mut config = StoreConfig::new(&entry.uri);
+            config.storage_options = storage_options.clone();
+            Store::destroy(&config).await?;
+        }
+        let _pins = self.pins_lock()?;
         let path = self.entry_path(name);
         std::fs::remove_file(&path).map_err(io(&path))?;
         let still_pinned = self

@@ -12,7 +12,7 @@ use lance_context_host::plugin::{PluginLimits, PluginRuntime};
 use lance_context_host::registry::{CreateOptions, Registry, SchemaSource};
 use lance_context_host::spec::SchemaSpec;
 
-use crate::{ScanArgs, parse_kv, print_json_lines};
+use crate::{ScanArgs, StorageOption, parse_kv, parse_storage_option, print_json_lines};
 
 #[derive(Args, Debug)]
 pub struct StoreArgs {
@@ -21,8 +21,8 @@ pub struct StoreArgs {
     root: PathBuf,
     /// Storage option `key=value` for the store's object store; repeatable.
     /// Values are never recorded: pass them on every command.
-    #[arg(long = "storage-option", value_parser = parse_kv, global = true)]
-    storage_options: Vec<(String, String)>,
+    #[arg(long = "storage-option", value_parser = parse_storage_option, global = true)]
+    storage_options: Vec<StorageOption>,
     #[command(subcommand)]
     command: StoreCommand,
 }
@@ -107,10 +107,14 @@ enum StoreCommand {
 pub async fn run(args: StoreArgs) -> Result<()> {
     let runtime = Arc::new(PluginRuntime::new(
         PluginLimits::default(),
-        Some(args.root.join("registry/compile-cache")),
+        lance_context_host::plugin::default_cache_dir().as_deref(),
     )?);
     let registry = Registry::at(&args.root, runtime)?;
-    let options: HashMap<String, String> = args.storage_options.into_iter().collect();
+    let options: HashMap<String, String> = args
+        .storage_options
+        .into_iter()
+        .map(|o| (o.0, o.1))
+        .collect();
     match args.command {
         StoreCommand::Create {
             name,
@@ -319,10 +323,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
                 .iter()
                 .any(|q| q.name == query && q.reduce);
             if reduces {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&named.reduce(&query, &args).await?)?
-                );
+                println!("{}", named.reduce(&query, &args).await?.get());
                 return Ok(());
             }
             print_json_lines(&named.query(&query, &args).await?)

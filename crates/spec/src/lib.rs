@@ -81,6 +81,20 @@ pub const SUPPORTED_TYPES: &[&str] = &[
     "Struct(\"name\": T, …)",
 ];
 
+/// Most columns a schema may declare.
+pub const MAX_COLUMNS: usize = 1024;
+/// Longest column (or other declared) name, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest type string, in bytes.
+pub const MAX_TYPE_TEXT: usize = 1024;
+/// Deepest type nesting (`List(List(Int32))` is 3).
+pub const MAX_TYPE_DEPTH: usize = 8;
+/// Widest fixed-size list.
+pub const MAX_FIXED_SIZE: i32 = 1 << 16;
+/// Most bytes one row's fixed-width parts may take (a column of nulls is
+/// allocated at this size per row), per column and for the whole row.
+pub const MAX_FIXED_ROW_BYTES: u128 = 4 << 20;
+
 /// A schema: columns, key, and what the engine does with them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,34 +144,142 @@ pub struct QuerySpec {
     pub reduce: bool,
 }
 
+/// Why a named query's arguments do not bind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BindError {
+    /// An argument names no parameter of the query.
+    UnknownParam {
+        query: String,
+        param: String,
+        params: Vec<String>,
+    },
+    /// A parameter was not given.
+    MissingParam { query: String, param: String },
+    /// A parameter was given empty.
+    EmptyParam { query: String, param: String },
+    /// The query's filter template is malformed (an unclosed placeholder).
+    Template { query: String, message: String },
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownParam {
+                query,
+                param,
+                params,
+            } => write!(
+                f,
+                "query '{query}' has no parameter '{param}' (parameters: {})",
+                params.join(", ")
+            ),
+            Self::MissingParam { query, param } => {
+                write!(f, "query '{query}' needs the parameter '{param}'")
+            }
+            Self::EmptyParam { query, param } => {
+                write!(f, "query '{query}': '{param}' must not be empty")
+            }
+            Self::Template { query, message } => write!(f, "query '{query}': {message}"),
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+/// A piece of a filter template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece<'a> {
+    /// SQL text, copied as it is.
+    Text(&'a str),
+    /// A `{name}` placeholder outside any quotes.
+    Param(&'a str),
+}
+
+/// Split a filter template into text and placeholders, in one pass. Braces
+/// inside single-quoted strings or double-quoted identifiers are text, not
+/// placeholders (the check refuses a placeholder written inside quotes: the
+/// host quotes values itself).
+fn pieces(filter: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut text_start = 0;
+    let mut quote: Option<char> = None;
+    let mut chars = filter.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '{') => {
+                let rest = &filter[i + 1..];
+                let end = rest
+                    .find('}')
+                    .ok_or_else(|| format!("'{{' at byte {i} is not closed"))?;
+                out.push(Piece::Text(&filter[text_start..i]));
+                out.push(Piece::Param(&rest[..end]));
+                text_start = i + 1 + end + 1;
+                // Skip the placeholder's characters.
+                for _ in 0..rest[..=end].chars().count() {
+                    chars.next();
+                }
+            }
+            (None, _) => {}
+        }
+    }
+    out.push(Piece::Text(&filter[text_start..]));
+    Ok(out)
+}
+
 impl QuerySpec {
     /// The filter with each `{param}` replaced by its value as a SQL string
-    /// literal (quotes doubled). Every parameter must be given, non-empty, and
-    /// nothing else.
-    pub fn bind(&self, args: &[(String, String)]) -> Result<String, String> {
+    /// literal (quotes doubled), in one pass over the template: a value is
+    /// never scanned again, so a value that looks like a placeholder stays
+    /// text inside its literal. Every parameter must be given, non-empty,
+    /// and nothing else.
+    pub fn bind(&self, args: &[(String, String)]) -> Result<String, BindError> {
         for (name, _) in args {
             if !self.params.contains(name) {
-                return Err(format!(
-                    "query '{}' has no parameter '{name}' (parameters: {})",
-                    self.name,
-                    self.params.join(", ")
-                ));
+                return Err(BindError::UnknownParam {
+                    query: self.name.clone(),
+                    param: name.clone(),
+                    params: self.params.clone(),
+                });
             }
         }
-        let mut filter = self.filter.clone();
-        for p in &self.params {
+        let value = |p: &str| -> Result<&str, BindError> {
             let value = args
                 .iter()
                 .find(|(n, _)| n == p)
                 .map(|(_, v)| v.as_str())
-                .ok_or_else(|| format!("query '{}' needs the parameter '{p}'", self.name))?;
+                .ok_or_else(|| BindError::MissingParam {
+                    query: self.name.clone(),
+                    param: p.to_string(),
+                })?;
             if value.is_empty() {
-                return Err(format!("query '{}': '{p}' must not be empty", self.name));
+                return Err(BindError::EmptyParam {
+                    query: self.name.clone(),
+                    param: p.to_string(),
+                });
             }
-            filter = filter.replace(
-                &format!("{{{p}}}"),
-                &format!("'{}'", value.replace('\'', "''")),
-            );
+            Ok(value)
+        };
+        for p in &self.params {
+            value(p)?;
+        }
+        let pieces = pieces(&self.filter).map_err(|message| BindError::Template {
+            query: self.name.clone(),
+            message,
+        })?;
+        let mut filter = String::with_capacity(self.filter.len() + 16);
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => filter.push_str(t),
+                Piece::Param(p) => {
+                    filter.push('\'');
+                    filter.push_str(&value(p)?.replace('\'', "''"));
+                    filter.push('\'');
+                }
+            }
         }
         Ok(filter)
     }
@@ -176,17 +298,43 @@ impl QuerySpec {
     }
 }
 
-/// The `{name}` placeholders of a filter template.
-fn placeholders(filter: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = filter;
-    while let Some(start) = rest.find('{') {
-        let after = &rest[start + 1..];
-        let Some(end) = after.find('}') else { break };
-        out.push(after[..end].to_string());
-        rest = &after[end + 1..];
+/// The `{name}` placeholders of a filter template (outside quotes).
+fn placeholders(filter: &str) -> Result<Vec<String>, String> {
+    Ok(pieces(filter)?
+        .into_iter()
+        .filter_map(|p| match p {
+            Piece::Param(name) => Some(name.to_string()),
+            Piece::Text(_) => None,
+        })
+        .collect())
+}
+
+/// Placeholders of `params` written inside quotes (`'{p}'`): they would
+/// never be filled, and suggest the author meant to quote the value.
+fn quoted_placeholders(filter: &str, params: &[String]) -> Vec<String> {
+    let mut quoted = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut start = 0;
+    for (i, c) in filter.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                let inside = &filter[start..i];
+                quoted.extend(
+                    params
+                        .iter()
+                        .filter(|p| inside.contains(&format!("{{{p}}}")))
+                        .cloned(),
+                );
+                quote = None;
+            }
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                start = i + 1;
+            }
+            _ => {}
+        }
     }
-    out
+    quoted
 }
 
 /// One column.
@@ -371,10 +519,23 @@ impl SchemaSpec {
                 "a schema needs at least one column".into(),
             );
         }
+        if self.columns.len() > MAX_COLUMNS {
+            p(
+                "columns".into(),
+                format!(
+                    "{} columns; a schema has at most {MAX_COLUMNS}",
+                    self.columns.len()
+                ),
+            );
+        }
         let mut seen = HashSet::new();
         let mut types: BTreeMap<&str, DataType> = BTreeMap::new();
+        let mut row_bytes: u128 = 0;
         for (i, c) in self.columns.iter().enumerate() {
             let at = |what: &str| format!("columns[{i}]{what}");
+            if let Err(why) = check_name(&c.name) {
+                p(at(".name"), why);
+            }
             if c.name.is_empty() {
                 p(at(".name"), "a column needs a name".into());
             } else if RESERVED_COLUMNS.contains(&c.name.as_str()) || c.name.starts_with('_') {
@@ -393,13 +554,14 @@ impl SchemaSpec {
                     format!("column '{}' is declared twice", c.name),
                 );
             }
-            match DataType::from_str(&c.data_type) {
-                Err(e) => p(
-                    at(".type"),
-                    format!("'{}' is not an Arrow type: {e}", c.data_type),
-                ),
+            let parsed = type_text(&c.data_type).and_then(|()| {
+                DataType::from_str(&c.data_type)
+                    .map_err(|e| format!("'{}' is not an Arrow type: {e}", c.data_type))
+            });
+            match parsed {
+                Err(why) => p(at(".type"), why),
                 Ok(t) => {
-                    if let Err(why) = supported(&t) {
+                    if let Err(why) = supported(&t).and_then(|()| bounded(&t)) {
                         p(
                             at(".type"),
                             format!(
@@ -409,6 +571,7 @@ impl SchemaSpec {
                             ),
                         );
                     } else {
+                        row_bytes += fixed_bytes(&t);
                         types.insert(c.name.as_str(), t);
                     }
                 }
@@ -422,6 +585,14 @@ impl SchemaSpec {
                     );
                 }
             }
+        }
+        if row_bytes > MAX_FIXED_ROW_BYTES {
+            p(
+                "columns".into(),
+                format!(
+                    "a row's fixed-width columns take {row_bytes} bytes; at most {MAX_FIXED_ROW_BYTES}"
+                ),
+            );
         }
         // Key.
         match key_rule {
@@ -597,7 +768,21 @@ impl SchemaSpec {
             if !query_names.insert(q.name.as_str()) {
                 p(at(".name"), format!("query '{}' is declared twice", q.name));
             }
-            let used = placeholders(&q.filter);
+            let used = match placeholders(&q.filter) {
+                Ok(used) => used,
+                Err(why) => {
+                    p(at(".filter"), why);
+                    Vec::new()
+                }
+            };
+            for quoted in quoted_placeholders(&q.filter, &q.params) {
+                p(
+                    at(".filter"),
+                    format!(
+                        "'{{{quoted}}}' is inside quotes; write it bare (`col = {{{quoted}}}`): the host quotes the value"
+                    ),
+                );
+            }
             for u in &used {
                 if !q.params.contains(u) {
                     p(
@@ -704,6 +889,115 @@ fn check_rules(
             );
         }
     }
+}
+
+/// A name: 1 to [`MAX_NAME_BYTES`] bytes, no control characters (names
+/// are printed on terminals).
+fn check_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "a name is at most {MAX_NAME_BYTES} bytes, this one has {}",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "'{}' contains control characters",
+            name.escape_default()
+        ));
+    }
+    Ok(())
+}
+
+/// A type string short and shallow enough to parse (Arrow's parser recurses
+/// once per level: 100,000 nested `List(` would overflow the stack).
+fn type_text(text: &str) -> Result<(), String> {
+    if text.len() > MAX_TYPE_TEXT {
+        return Err(format!(
+            "the type is {} bytes long; at most {MAX_TYPE_TEXT}",
+            text.len()
+        ));
+    }
+    let (mut depth, mut deepest, mut quoted) = (0usize, 0usize, false);
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '(' if !quoted => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' if !quoted => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_TYPE_DEPTH {
+        return Err(format!(
+            "the type nests {deepest} levels deep; at most {MAX_TYPE_DEPTH}"
+        ));
+    }
+    Ok(())
+}
+
+/// Nesting depth of a type (a primitive is 1).
+fn depth(t: &DataType) -> usize {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            1 + depth(f.data_type())
+        }
+        DataType::Struct(fields) => {
+            1 + fields
+                .iter()
+                .map(|f| depth(f.data_type()))
+                .max()
+                .unwrap_or(0)
+        }
+        _ => 1,
+    }
+}
+
+/// Bytes one value's fixed-width parts take (what a null of the type costs).
+fn fixed_bytes(t: &DataType) -> u128 {
+    match t {
+        DataType::FixedSizeList(f, n) => (*n).max(0) as u128 * fixed_bytes(f.data_type()),
+        DataType::Struct(fields) => fields.iter().map(|f| fixed_bytes(f.data_type())).sum(),
+        DataType::Boolean => 1,
+        DataType::LargeUtf8 | DataType::LargeBinary | DataType::LargeList(_) => 8,
+        DataType::Dictionary(k, _) => fixed_bytes(k),
+        other => other.primitive_width().unwrap_or(4) as u128,
+    }
+}
+
+/// Depth, list widths and bytes per value within the limits.
+fn bounded(t: &DataType) -> Result<(), String> {
+    if depth(t) > MAX_TYPE_DEPTH {
+        return Err(format!(
+            "the type nests {} levels deep; at most {MAX_TYPE_DEPTH}",
+            depth(t)
+        ));
+    }
+    fn widths(t: &DataType) -> Result<(), String> {
+        match t {
+            DataType::FixedSizeList(f, n) => {
+                if *n > MAX_FIXED_SIZE {
+                    return Err(format!(
+                        "a fixed-size list of {n} values; at most {MAX_FIXED_SIZE}"
+                    ));
+                }
+                widths(f.data_type())
+            }
+            DataType::List(f) | DataType::LargeList(f) => widths(f.data_type()),
+            DataType::Struct(fields) => fields.iter().try_for_each(|f| widths(f.data_type())),
+            _ => Ok(()),
+        }
+    }
+    widths(t)?;
+    let bytes = fixed_bytes(t);
+    if bytes > MAX_FIXED_ROW_BYTES {
+        return Err(format!(
+            "one value takes {bytes} bytes; at most {MAX_FIXED_ROW_BYTES}"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the generic path supports a type.
@@ -926,16 +1220,46 @@ mod tests {
             q.bind(&[("text".into(), "it's".into())]).unwrap(),
             "text = 'it''s' AND priority > 1"
         );
-        assert!(
-            q.bind(&[])
-                .unwrap_err()
-                .contains("needs the parameter 'text'")
-        );
+        assert!(matches!(
+            q.bind(&[]),
+            Err(BindError::MissingParam { param, .. }) if param == "text"
+        ));
         assert!(q.bind(&[("text".into(), String::new())]).is_err());
         assert!(q.bind(&[("x".into(), "1".into())]).is_err());
         assert_eq!(
             q.order(),
             [("priority".to_string(), true), ("id".to_string(), false)]
+        );
+        // Two parameters: a value that looks like a placeholder, or like SQL,
+        // stays inside its own literal (the template is filled in one pass).
+        let two = QuerySpec {
+            name: "two".into(),
+            description: String::new(),
+            params: vec!["t".into(), "i".into()],
+            filter: "tenant = {t} AND item = {i}".into(),
+            order_by: vec![],
+            reduce: false,
+        };
+        assert_eq!(
+            two.bind(&[
+                ("t".into(), "{i}".into()),
+                ("i".into(), " OR 1=1 OR tenant=".into())
+            ])
+            .unwrap(),
+            "tenant = '{i}' AND item = ' OR 1=1 OR tenant='"
+        );
+        // Braces inside quotes are text, not placeholders.
+        let braces = QuerySpec {
+            name: "braces".into(),
+            description: String::new(),
+            params: vec!["t".into()],
+            filter: "note = '{literal}' AND tenant = {t}".into(),
+            order_by: vec![],
+            reduce: false,
+        };
+        assert_eq!(
+            braces.bind(&[("t".into(), "a".into())]).unwrap(),
+            "note = '{literal}' AND tenant = 'a'"
         );
         spec.queries.push(QuerySpec {
             name: "by text".into(),
@@ -945,6 +1269,14 @@ mod tests {
             order_by: vec!["nope".into(), "id sideways".into()],
             reduce: false,
         });
+        spec.queries.push(QuerySpec {
+            name: "quoted".into(),
+            description: String::new(),
+            params: vec!["t".into()],
+            filter: "text = '{t}'".into(),
+            order_by: vec![],
+            reduce: false,
+        });
         assert_eq!(
             problems(&spec),
             [
@@ -952,7 +1284,9 @@ mod tests {
                 "queries[1].filter",
                 "queries[1].params",
                 "queries[1].order_by[0]",
-                "queries[1].order_by[1]"
+                "queries[1].order_by[1]",
+                "queries[2].filter",
+                "queries[2].params"
             ]
         );
     }
@@ -973,5 +1307,45 @@ mod tests {
         let err =
             SchemaSpec::from_json(r#"{"name":"a","key":"id","columns":[],"extra":1}"#).unwrap_err();
         assert!(err.to_string().contains("extra"), "{err}");
+    }
+
+    #[test]
+    fn declared_types_are_bounded_before_and_after_parsing() {
+        let with_type = |t: &str| {
+            let mut spec = good();
+            spec.columns[1].data_type = t.to_string();
+            spec.columns[1].rules = ColumnRules::default();
+            spec.check(KeyRule::IdOnly).map(|_| ())
+        };
+        // 100,000 nested `List(` would overflow Arrow's recursive parser: the
+        // text is refused before it is parsed.
+        let deep = format!("{}Int32{}", "List(".repeat(100_000), ")".repeat(100_000));
+        let err = with_type(&deep).unwrap_err();
+        assert!(err.to_string().contains("bytes long"), "{err}");
+        let nine = format!("{}Int32{}", "List(".repeat(9), ")".repeat(9));
+        let err = with_type(&nine).unwrap_err();
+        assert!(err.to_string().contains("levels deep"), "{err}");
+        assert!(with_type(&format!("{}Int32{}", "List(".repeat(7), ")".repeat(7))).is_ok());
+        // A giant fixed-size list (a column of nulls would be n x rows).
+        let err = with_type("FixedSizeList(2147483647 x Float32)").unwrap_err();
+        assert!(err.to_string().contains("at most 65536"), "{err}");
+        let err = with_type("FixedSizeList(65536 x FixedSizeList(65536 x Float32))").unwrap_err();
+        assert!(err.to_string().contains("bytes"), "{err}");
+        assert!(with_type("FixedSizeList(4096 x Float32)").is_ok());
+        // Names are printable.
+        let mut spec = good();
+        spec.columns[1].name = "bad\u{1b}[2J".into();
+        assert!(problems(&spec).contains(&"columns[1].name".to_string()));
+        let mut spec = good();
+        spec.columns = (0..2000)
+            .map(|i| ColumnSpec {
+                name: if i == 0 { "id".into() } else { format!("c{i}") },
+                data_type: "Utf8".into(),
+                nullable: i != 0,
+                rules: ColumnRules::default(),
+                metadata: BTreeMap::new(),
+            })
+            .collect();
+        assert!(problems(&spec).contains(&"columns".to_string()));
     }
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 
 /// How a store is opened or created. Build one with [`StoreConfig::new`] and the
-/// `with_*` methods.
-#[derive(Debug, Clone)]
+/// `with_*` methods. Its `Debug` output shows the storage options' keys only
+/// (their values are credentials).
+#[derive(Clone)]
 pub struct StoreConfig {
     /// Dataset location: a local path or an object-store URI (`s3://…`).
     pub uri: String,
@@ -36,6 +37,26 @@ pub struct StoreConfig {
     /// Record semantics the schema opts into (tombstones, supersession,
     /// lifecycle, unique keys). None by default.
     pub capabilities: RecordCapabilities,
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut keys: Vec<&String> = self.storage_options.keys().collect();
+        keys.sort();
+        f.debug_struct("StoreConfig")
+            .field("uri", &self.uri)
+            .field("storage_option_keys", &keys)
+            .field("key_column", &self.key_column)
+            .field("instance_id", &self.instance_id)
+            .field("schema", &self.schema)
+            .field("writer", &self.writer)
+            .field("shard_policy", &self.shard_policy)
+            .field("merge", &self.merge)
+            .field("compaction", &self.compaction)
+            .field("indexes", &self.indexes)
+            .field("capabilities", &self.capabilities)
+            .finish()
+    }
 }
 
 impl StoreConfig {

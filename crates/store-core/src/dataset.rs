@@ -116,6 +116,32 @@ impl Opener {
             .map_err(|e| Error::from_lance(format!("opening WAL generation {uri}"), None, e))
     }
 
+    /// What is at the URI: nothing, a Lance dataset, or something else.
+    pub async fn probe(&self) -> Result<Location> {
+        let (store, path) = ObjectStore::from_uri_and_params(
+            Arc::new(ObjectStoreRegistry::default()),
+            &self.uri,
+            &self.store_params(),
+        )
+        .await
+        .ctx("resolving the dataset's object store")?;
+        let entries = match store.read_dir(path).await {
+            Ok(entries) => entries,
+            Err(e) if e.is_not_found() => return Ok(Location::Empty),
+            Err(e) => return Err(Error::from_lance(format!("listing {}", self.uri), None, e)),
+        };
+        Ok(if entries.is_empty() {
+            Location::Empty
+        } else if entries
+            .iter()
+            .any(|e| e.trim_end_matches('/') == "_versions")
+        {
+            Location::Dataset
+        } else {
+            Location::Other
+        })
+    }
+
     /// Delete everything under the URI: every version, index, WAL shard and
     /// generation. Irreversible.
     pub async fn remove(&self) -> Result<()> {
@@ -150,6 +176,17 @@ impl Opener {
         ensure_mem_wal(&mut dataset).await?;
         Ok(dataset)
     }
+}
+
+/// What a URI holds (see [`crate::Store::probe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// Nothing (or not there at all).
+    Empty,
+    /// A Lance dataset (it has `_versions/`).
+    Dataset,
+    /// Something that is not a Lance dataset.
+    Other,
 }
 
 /// Initialise the MemWAL if it is not (a create that crashed between its two

@@ -93,6 +93,7 @@ pub use config::{
     CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, RecordCapabilities,
     ShardPolicy, StoreConfig, VectorColumn, VectorIndexKind, WriterSettings,
 };
+pub use dataset::Location;
 pub use engine::{CompactionStats, IndexStats, StoreStats};
 pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
 pub use id::{generate_id, shard_id_for_instance};

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::config::{RecordCapabilities, ShardPolicy, StoreConfig};
 use crate::conform::Schemas;
-use crate::dataset::{Opener, ensure_mem_wal};
+use crate::dataset::{Location, Opener, ensure_mem_wal};
 use crate::engine::{Background, CompactionState, CompactionStats, Engine, Settings, StoreStats};
 use crate::error::{Error, Result};
 use crate::id::shard_id_for_instance;
@@ -109,6 +109,15 @@ impl Store {
     pub async fn destroy(config: &StoreConfig) -> Result<()> {
         Opener::new(&config.uri, &config.storage_options)
             .remove()
+            .await
+    }
+
+    /// What is at `config.uri` (with its storage options): nothing, a Lance
+    /// dataset, or other files — for callers that must not create over, or
+    /// delete, what they did not write.
+    pub async fn probe(config: &StoreConfig) -> Result<Location> {
+        Opener::new(&config.uri, &config.storage_options)
+            .probe()
             .await
     }
 

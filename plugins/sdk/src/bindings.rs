@@ -32,7 +32,8 @@ fn batch_error(e: CallError) -> BatchError {
 }
 
 fn declaration(d: Declaration) -> Result<SchemaDecl, DescribeError> {
-    let arrow_schema = ipc::encode_schema(&d.schema).map_err(DescribeError::InvalidParams)?;
+    let arrow_schema =
+        ipc::encode_schema(&d.schema).map_err(|e| DescribeError::InvalidParams(e.to_string()))?;
     let mut capabilities = types::Capabilities::empty();
     if d.capabilities.tombstones {
         capabilities |= types::Capabilities::TOMBSTONES;

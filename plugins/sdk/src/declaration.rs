@@ -4,11 +4,7 @@ use std::collections::HashMap;
 
 use arrow_schema::{DataType, Field, Schema};
 
-/// The contract's ABI version (`lance-context:plugin@0.1.0`).
-pub const ABI_VERSION: u32 = 1;
-
-/// Field metadata marking the key column.
-pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
+pub use lance_context_wire::{ABI_VERSION, PRIMARY_KEY_METADATA};
 
 /// A non-null Utf8 key column tagged as primary key.
 pub fn key_field(name: &str) -> Field {

@@ -2,27 +2,7 @@
 
 use arrow_array::{Array, RecordBatch, StringArray};
 
-/// One problem in one row (rows are zero-based positions in the whole input).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowError {
-    pub row: u32,
-    pub column: Option<String>,
-    pub code: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for RowError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.column {
-            Some(c) => write!(
-                f,
-                "row {}, column '{c}': {} ({})",
-                self.row, self.message, self.code
-            ),
-            None => write!(f, "row {}: {} ({})", self.row, self.message, self.code),
-        }
-    }
-}
+pub use lance_context_wire::RowError;
 
 /// Collects every problem found in a batch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

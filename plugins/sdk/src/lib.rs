@@ -32,7 +32,9 @@
 mod declaration;
 pub mod defaults;
 mod errors;
-pub mod ipc;
+/// The contract's wire format (Arrow IPC, bounded decoding): the
+/// `lance-context-wire` crate the host uses too.
+pub use lance_context_wire as ipc;
 mod shared;
 
 #[cfg(target_arch = "wasm32")]
@@ -112,7 +114,7 @@ fn check<P: Plugin>(batches: &[RecordBatch], call: &CallInfo) -> Result<(), Call
 
 /// Run `validate` over IPC bytes as the host calls it.
 pub fn run_validate<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<(), CallError> {
-    check::<P>(&ipc::decode(bytes).map_err(CallError::Malformed)?, call)
+    check::<P>(&ipc::decode(bytes).map_err(malformed)?, call)
 }
 
 /// Run `transform` over IPC bytes as the host calls it: `validate` first (the
@@ -120,7 +122,7 @@ pub fn run_validate<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<(), Ca
 /// boundary once per batch), then [`Plugin::transform`] on each batch. The
 /// output holds the derived columns only.
 pub fn run_transform<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<Vec<u8>, CallError> {
-    let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
+    let batches = ipc::decode(bytes).map_err(malformed)?;
     check::<P>(&batches, call)?;
     let mut out: Vec<RecordBatch> = Vec::with_capacity(batches.len());
     let mut offset = 0;
@@ -150,7 +152,7 @@ pub fn run_transform<P: Plugin>(bytes: Vec<u8>, call: &CallInfo) -> Result<Vec<u
         }
         offset += rows;
     }
-    ipc::encode(&out).map_err(CallError::Malformed)
+    ipc::encode(&out).map_err(malformed)
 }
 
 /// Run `reduce` over IPC bytes as the host calls it (the batches concatenated).
@@ -159,13 +161,17 @@ pub fn run_reduce<P: Plugin>(
     bytes: Vec<u8>,
     call: &CallInfo,
 ) -> Result<String, CallError> {
-    let batches = ipc::decode(bytes).map_err(CallError::Malformed)?;
+    let batches = ipc::decode(bytes).map_err(malformed)?;
     let Some(first) = batches.first() else {
         return Err(CallError::Malformed("the stream holds no batch".into()));
     };
     let rows = arrow_select::concat::concat_batches(&first.schema(), &batches)
         .map_err(|e| CallError::Malformed(e.to_string()))?;
     P::reduce(query, &rows, call)
+}
+
+fn malformed(e: ipc::WireError) -> CallError {
+    CallError::Malformed(e.to_string())
 }
 
 /// A failed call, as the contract's `batch-error`.

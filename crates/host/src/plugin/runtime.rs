@@ -1,40 +1,53 @@
-//! The plugin runtime: engine, limits, instance pools, output checks.
+//! [`PluginRuntime`] (engine, linker, deadline ticker, compile cache) and
+//! [`LoadedPlugin`] (a described plugin and its calls).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{Schema, SchemaRef};
-// The contract's wire format, shared with the guest side: bounded, in-place
-// decoding of untrusted IPC (arrays fully validated), one-allocation encoding.
-use lance_context_plugin::ipc::{decode, decode_schema, encode};
-use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, Trap};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use arrow_schema::SchemaRef;
+use lance_context_wire as wire;
+use serde_json::value::RawValue;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store, Trap};
 
-use super::bindings::{self, SchemaPlugin, SchemaPluginPre};
-use crate::spec::{KeyRule, QuerySpec, SchemaSpec, SpecProblem, VectorSpec};
+use super::abi::{
+    self, CallContext, DESCRIBE_BYTES, ERROR_BYTES, MAX_MESSAGE, RawDeclaration, SchemaPlugin,
+    SchemaPluginPre,
+};
+use super::cache::{CacheStats, CompileCache};
+use super::error::{PluginError, plugin_text};
+use super::output::{assemble, check_derived, json_document, panic_message};
+use super::sandbox::{self, HostState};
+use crate::spec::{KeyRule, SchemaSpec, SpecProblem, VectorSpec};
 
 /// The contract ABI version this host speaks (`lance-context:plugin@0.1.0`).
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = lance_context_wire::ABI_VERSION;
 
 const EPOCH_TICK: Duration = Duration::from_millis(10);
-const STDERR_CAPTURE: usize = 64 << 10;
 
-/// Limits applied to every plugin call.
+/// Limits applied to every plugin.
 #[derive(Debug, Clone)]
 pub struct PluginLimits {
-    /// Wall-clock time one call may take.
+    /// Wall-clock time one call may take (instantiation included).
     pub call_deadline: Duration,
-    /// Linear memory one instance may use.
+    /// Bytes of all linear memories and tables of one instance together.
     pub memory_bytes: usize,
-    /// Size of one call's output (a transformed batch or a declaration).
+    /// Size of a transform's output (bytes of Arrow IPC).
     pub output_bytes: usize,
+    /// Size of a reduce's output (bytes of JSON).
+    pub reduce_output_bytes: usize,
     /// WebAssembly stack.
     pub max_wasm_stack: usize,
+    /// Size of a component the runtime agrees to compile.
+    pub component_bytes: usize,
+    /// Wall-clock time compiling one component may take; past it the load
+    /// fails (the compile finishes in the background and is discarded).
+    pub compile_deadline: Duration,
+    /// Calls of one plugin running at once; more wait for a slot.
+    pub max_concurrent_calls: usize,
 }
 
 impl Default for PluginLimits {
@@ -43,78 +56,11 @@ impl Default for PluginLimits {
             call_deadline: Duration::from_secs(5),
             memory_bytes: 512 << 20,
             output_bytes: 256 << 20,
+            reduce_output_bytes: 16 << 20,
             max_wasm_stack: 1 << 20,
-        }
-    }
-}
-
-/// One row-level problem reported by a plugin: the SDK's type, which both
-/// sides of the contract share.
-pub use lance_context_plugin::RowError;
-
-/// A plugin failure, always naming the plugin.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PluginError {
-    /// The bytes are not a component this host can compile or link.
-    #[error("plugin {plugin}: cannot load: {message}")]
-    Load { plugin: String, message: String },
-    /// The plugin was built against an ABI this host does not speak.
-    #[error(
-        "plugin {plugin}: ABI version {found} is not supported (this host speaks {ABI_VERSION})"
-    )]
-    UnsupportedAbi { plugin: String, found: u32 },
-    /// `describe` refused the creation parameters.
-    #[error("plugin {plugin}: invalid parameters: {message}")]
-    InvalidParams { plugin: String, message: String },
-    /// The declaration breaks the spec rules (every problem found).
-    #[error("plugin {plugin}: invalid declaration: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    InvalidDeclaration {
-        plugin: String,
-        problems: Vec<SpecProblem>,
-    },
-    /// `validate` or `transform` rejected rows.
-    #[error("plugin {plugin}: {} row error(s), first: {}", errors.len(), errors.first().map(ToString::to_string).unwrap_or_default())]
-    Rejected {
-        plugin: String,
-        errors: Vec<RowError>,
-    },
-    /// The call ran past its deadline.
-    #[error("plugin {plugin}: call exceeded its deadline of {deadline:?}")]
-    Timeout { plugin: String, deadline: Duration },
-    /// The instance tried to grow its memory past the cap.
-    #[error("plugin {plugin}: exceeded its memory limit of {limit} bytes")]
-    MemoryLimit { plugin: String, limit: usize },
-    /// The guest panicked.
-    #[error("plugin {plugin}: panicked: {message}")]
-    Panic { plugin: String, message: String },
-    /// Any other trap.
-    #[error("plugin {plugin}: trapped: {message}")]
-    Trap { plugin: String, message: String },
-    /// The output is too large.
-    #[error("plugin {plugin}: output of {size} bytes exceeds the limit of {limit}")]
-    OutputTooLarge {
-        plugin: String,
-        size: usize,
-        limit: usize,
-    },
-    /// The output is not valid Arrow IPC.
-    #[error("plugin {plugin}: malformed output: {message}")]
-    MalformedOutput { plugin: String, message: String },
-    /// The output does not match the declared schema.
-    #[error("plugin {plugin}: output does not match the declared schema: {message}")]
-    SchemaMismatch { plugin: String, message: String },
-    /// The plugin reported its input as malformed (a host bug or version skew).
-    #[error("plugin {plugin}: rejected its input as malformed: {message}")]
-    MalformedInput { plugin: String, message: String },
-}
-
-impl PluginError {
-    /// The row errors, when rows were rejected.
-    pub fn row_errors(&self) -> Option<&[RowError]> {
-        match self {
-            Self::Rejected { errors, .. } => Some(errors),
-            _ => None,
+            component_bytes: 64 << 20,
+            compile_deadline: Duration::from_secs(120),
+            max_concurrent_calls: 16,
         }
     }
 }
@@ -123,13 +69,17 @@ impl PluginError {
 /// and its [`SchemaSpec`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginDeclaration {
+    /// The name the plugin gives itself (printable).
     pub name: String,
+    /// Its version (printable).
     pub version: String,
+    /// The contract ABI it was built against.
     pub abi_version: u32,
     /// The spec's Arrow schema (key column tagged as the primary key).
     pub schema: SchemaRef,
     /// Key, columns, blobs, vectors, secondary key, capabilities.
     pub spec: SchemaSpec,
+    /// Whether the plugin derives columns (`transform`).
     pub has_transform: bool,
     /// sha256 of the component bytes (hex).
     pub sha256: String,
@@ -142,127 +92,21 @@ impl PluginDeclaration {
     }
 }
 
-/// Per-store state of an instance.
-struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    memory_limit: usize,
-    memory_denied: bool,
-    stderr: MemoryOutputPipe,
+/// The epoch ticker: one thread bumping the engine's epoch every
+/// [`EPOCH_TICK`], for as long as anything that runs plugins is alive (the
+/// runtime or any plugin it loaded).
+#[derive(Debug)]
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl ResourceLimiter for HostState {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            self.memory_denied = true;
-            return Err(wasmtime::format_err!(
-                "memory limit of {} bytes reached",
-                self.memory_limit
-            ));
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
-}
-
-/// A clock stopped at the epoch: the sandbox observes no time.
-struct FrozenClock;
-
-impl HostWallClock for FrozenClock {
-    fn resolution(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-    fn now(&self) -> Duration {
-        Duration::ZERO
-    }
-}
-
-impl HostMonotonicClock for FrozenClock {
-    fn resolution(&self) -> u64 {
-        1_000_000_000
-    }
-    fn now(&self) -> u64 {
-        0
-    }
-}
-
-/// Compiles, links and loads plugins.
-pub struct PluginRuntime {
-    engine: Engine,
-    linker: Arc<Linker<HostState>>,
-    limits: PluginLimits,
-    cache: Option<Cache>,
-    ticker_stop: Arc<AtomicBool>,
-    ticker: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for PluginRuntime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginRuntime")
-            .field("limits", &self.limits)
-            .field("cache", &self.cache.as_ref().map(|c| c.directory().clone()))
-            .finish_non_exhaustive()
-    }
-}
-
-impl PluginRuntime {
-    /// A runtime with these limits; compiled components are cached under
-    /// `cache_dir` when given.
-    pub fn new(limits: PluginLimits, cache_dir: Option<PathBuf>) -> Result<Self, PluginError> {
-        let load_error = |message: String| PluginError::Load {
-            plugin: "(runtime)".to_string(),
-            message,
-        };
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        config.max_wasm_stack(limits.max_wasm_stack);
-        let cache = match cache_dir {
-            Some(dir) => {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| load_error(format!("cache directory {}: {e}", dir.display())))?;
-                // wasmtime wants an absolute path.
-                let dir = std::path::absolute(&dir)
-                    .map_err(|e| load_error(format!("cache directory {}: {e}", dir.display())))?;
-                let mut cache_config = CacheConfig::new();
-                cache_config.with_directory(dir);
-                let cache = Cache::new(cache_config).map_err(|e| load_error(e.to_string()))?;
-                config.cache(Some(cache.clone()));
-                Some(cache)
-            }
-            None => None,
-        };
-        let engine = Engine::new(&config).map_err(|e| load_error(e.to_string()))?;
-        let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| load_error(e.to_string()))?;
-
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        let ticker = {
+impl Ticker {
+    fn start(engine: &Engine) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
             let engine = engine.clone();
-            let stop = ticker_stop.clone();
+            let stop = stop.clone();
             std::thread::Builder::new()
                 .name("plugin-epoch".into())
                 .spawn(move || {
@@ -270,89 +114,264 @@ impl PluginRuntime {
                         std::thread::sleep(EPOCH_TICK);
                         engine.increment_epoch();
                     }
-                })
-                .map_err(|e| load_error(format!("starting the epoch ticker: {e}")))?
+                })?
         };
         Ok(Self {
-            engine,
-            linker: Arc::new(linker),
-            limits,
-            cache,
-            ticker_stop,
-            ticker: Some(ticker),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the runtime and every plugin it loaded share; the ticker stops when
+/// the last of them is dropped.
+struct Shared {
+    engine: Engine,
+    linker: Linker<HostState>,
+    limits: PluginLimits,
+    cache: Option<CompileCache>,
+    _ticker: Ticker,
+}
+
+/// Compiles, links and loads plugins.
+pub struct PluginRuntime {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRuntime")
+            .field("limits", &self.shared.limits)
+            .field("cache", &self.shared.cache.as_ref().map(CompileCache::dir))
+            .finish_non_exhaustive()
+    }
+}
+
+fn load_error(plugin: &str, message: impl Into<String>) -> PluginError {
+    PluginError::Load {
+        plugin: plugin.to_string(),
+        message: message.into(),
+    }
+}
+
+/// The interfaces a component may import: those the sandbox links (see
+/// [`sandbox`]), and the contract's own types.
+const ALLOWED_IMPORTS: &[&str] = &[
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/wall-clock",
+    "wasi:clocks/monotonic-clock",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "lance-context:plugin/types",
+];
+
+impl PluginRuntime {
+    /// A runtime with these limits; compiled components are cached under
+    /// `cache_dir` when given (a private directory: see the `cache` docs and
+    /// [`crate::plugin::default_cache_dir`]).
+    pub fn new(limits: PluginLimits, cache_dir: Option<&Path>) -> Result<Self, PluginError> {
+        let runtime_error = |message: String| load_error("(runtime)", message);
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.max_wasm_stack(limits.max_wasm_stack);
+        let engine = Engine::new(&config).map_err(|e| runtime_error(format!("{e:#}")))?;
+        let linker = sandbox::linker(&engine).map_err(|e| runtime_error(format!("{e:#}")))?;
+        let cache = match cache_dir {
+            Some(dir) => Some(CompileCache::open(dir, &engine).map_err(runtime_error)?),
+            None => None,
+        };
+        let ticker = Ticker::start(&engine)
+            .map_err(|e| runtime_error(format!("starting the epoch ticker: {e}")))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                engine,
+                linker,
+                limits,
+                cache,
+                _ticker: ticker,
+            }),
         })
     }
 
-    /// Compiled-component cache hits and misses since this runtime started.
-    pub fn cache_stats(&self) -> Option<(usize, usize)> {
-        self.cache
-            .as_ref()
-            .map(|c| (c.cache_hits(), c.cache_misses()))
+    /// What the compile cache did since this runtime started (`None`
+    /// without a cache).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.shared.cache.as_ref().map(CompileCache::stats)
     }
 
-    /// Compile `bytes` (through the cache), instantiate, and call `describe`
-    /// with `params`; the declaration is checked before it is returned.
+    /// The limits every call runs under.
+    pub fn limits(&self) -> &PluginLimits {
+        &self.shared.limits
+    }
+
+    /// Compile `bytes` (through the cache, within the size cap and the
+    /// compile deadline), check its imports and exports against the
+    /// contract, instantiate it and call `describe` with `params`; the
+    /// declaration is checked before it is returned.
     pub fn load(
         &self,
         label: &str,
         bytes: &[u8],
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
+        let label = plugin_text(label, abi::MAX_NAME);
+        let shared = &self.shared;
+        if bytes.len() > shared.limits.component_bytes {
+            return Err(PluginError::OutputTooLarge {
+                plugin: label,
+                what: "component",
+                size: bytes.len(),
+                limit: shared.limits.component_bytes,
+            });
+        }
         let sha256 = crate::sha256_hex(bytes);
-        let component = Component::new(&self.engine, bytes).map_err(|e| PluginError::Load {
-            plugin: label.to_string(),
-            message: format!("{e:#}"),
-        })?;
-        let instance_pre =
-            self.linker
-                .instantiate_pre(&component)
-                .map_err(|e| PluginError::Load {
-                    plugin: label.to_string(),
-                    message: format!("{e:#}"),
-                })?;
-        let pre = SchemaPluginPre::new(instance_pre).map_err(|e| PluginError::Load {
-            plugin: label.to_string(),
-            message: format!("not a schema plugin: {e:#}"),
-        })?;
+        let component = match shared
+            .cache
+            .as_ref()
+            .and_then(|c| c.load(&shared.engine, &sha256))
+        {
+            Some(component) => component,
+            None => {
+                let component = self.compile(&label, bytes)?;
+                if let Some(cache) = &shared.cache {
+                    cache.store(&sha256, &component);
+                }
+                component
+            }
+        };
+        let engine = &shared.engine;
+        let refused: Vec<String> = component
+            .component_type()
+            .imports(engine)
+            .map(|(name, _)| name)
+            .filter(|name| !ALLOWED_IMPORTS.contains(&name.split('@').next().unwrap_or(name)))
+            .map(str::to_string)
+            .collect();
+        if !refused.is_empty() {
+            return Err(load_error(
+                &label,
+                format!(
+                    "it imports what the sandbox does not provide: {}",
+                    refused.join(", ")
+                ),
+            ));
+        }
+        let pre = shared
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| load_error(&label, format!("{e:#}")))?;
+        let pre = SchemaPluginPre::new(pre)
+            .map_err(|e| load_error(&label, format!("not a schema plugin: {e:#}")))?;
         let mut plugin = LoadedPlugin {
-            label: label.to_string(),
-            engine: self.engine.clone(),
+            shared: shared.clone(),
+            label,
             pre,
-            limits: self.limits.clone(),
             params,
-            pool: Mutex::new(Vec::new()),
             declaration: None,
+            slots: Slots::new(shared.limits.max_concurrent_calls.max(1)),
         };
         let declaration = plugin.describe(sha256)?;
         plugin.label = declaration.name.clone();
         plugin.declaration = Some(declaration);
         Ok(plugin)
     }
-}
 
-impl Drop for PluginRuntime {
-    fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.ticker.take() {
-            let _ = t.join();
+    /// Compile on a separate thread, waiting at most the compile deadline.
+    fn compile(&self, label: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let engine = self.shared.engine.clone();
+        let bytes = bytes.to_vec();
+        std::thread::Builder::new()
+            .name("plugin-compile".into())
+            .spawn(move || {
+                let _ = tx.send(Component::new(&engine, &bytes));
+            })
+            .map_err(|e| load_error(label, format!("starting the compiler: {e}")))?;
+        match rx.recv_timeout(self.shared.limits.compile_deadline) {
+            Ok(Ok(component)) => Ok(component),
+            Ok(Err(e)) => Err(load_error(label, format!("{e:#}"))),
+            Err(_) => Err(load_error(
+                label,
+                format!(
+                    "compiling took longer than {:?}",
+                    self.shared.limits.compile_deadline
+                ),
+            )),
         }
     }
 }
 
-struct Instance {
-    store: Store<HostState>,
-    plugin: SchemaPlugin,
+/// A counting semaphore bounding a plugin's concurrent calls (each call has
+/// its own instance, so this bounds the instances alive at once).
+#[derive(Debug)]
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        Self {
+            free: Mutex::new(n),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> SlotGuard<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        SlotGuard(self)
+    }
+}
+
+struct SlotGuard<'a>(&'a Slots);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 /// A loaded, described plugin. Safe to share between threads.
+///
+/// Every call runs in a **fresh instance** (new memories, no state carried
+/// over from an earlier call, as the contract says) under the call deadline
+/// and the memory cap; at most [`PluginLimits::max_concurrent_calls`] run at
+/// once.
 pub struct LoadedPlugin {
+    shared: Arc<Shared>,
     label: String,
-    engine: Engine,
     pre: SchemaPluginPre<HostState>,
-    limits: PluginLimits,
     params: Vec<(String, String)>,
-    pool: Mutex<Vec<Instance>>,
     declaration: Option<PluginDeclaration>,
+    slots: Slots,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -371,174 +390,150 @@ impl LoadedPlugin {
             .expect("a LoadedPlugin is only handed out after describe")
     }
 
-    fn instance(&self) -> Result<Instance, PluginError> {
-        if let Some(instance) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Ok(instance);
-        }
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
-        let wasi = WasiCtx::builder()
-            .stderr(stderr.clone())
-            .wall_clock(FrozenClock)
-            .monotonic_clock(FrozenClock)
-            .secure_random(wasmtime_wasi::Deterministic::new(vec![7]))
-            .insecure_random(wasmtime_wasi::Deterministic::new(vec![7]))
-            .insecure_random_seed(7)
-            .build();
-        let mut store = Store::new(
-            &self.engine,
-            HostState {
-                wasi,
-                table: ResourceTable::new(),
-                memory_limit: self.limits.memory_bytes,
-                memory_denied: false,
-                stderr,
-            },
-        );
-        store.limiter(|s| s as &mut dyn ResourceLimiter);
-        store.set_epoch_deadline(self.deadline_ticks());
-        let plugin = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| self.trap(&store, e))?;
-        Ok(Instance { store, plugin })
+    /// The parameters it was loaded with.
+    pub fn params(&self) -> &[(String, String)] {
+        &self.params
     }
 
     fn deadline_ticks(&self) -> u64 {
-        (self.limits.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+        (self.shared.limits.call_deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
     }
 
-    /// Run `f` on a pooled instance; a trap discards the instance.
+    /// Run `f` on a fresh instance in a fresh store, under the deadline, with
+    /// `fuel` bytes of hostcall fuel (what the result's lift may copy out of
+    /// the guest).
     fn call<R>(
         &self,
+        fuel: usize,
         f: impl FnOnce(&SchemaPlugin, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
-        let mut instance = self.instance()?;
-        instance.store.set_epoch_deadline(self.deadline_ticks());
-        match f(&instance.plugin, &mut instance.store) {
-            Ok(r) => {
-                self.pool
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(instance);
-                Ok(r)
-            }
-            Err(e) => Err(self.trap(&instance.store, e)),
-        }
+        let _slot = self.slots.acquire();
+        let mut store = Store::new(
+            &self.shared.engine,
+            HostState::new(self.shared.limits.memory_bytes),
+        );
+        store.limiter(|s| s);
+        store.set_epoch_deadline(self.deadline_ticks());
+        store.set_hostcall_fuel(fuel);
+        let plugin = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| self.trap(&store, e, false))?;
+        f(&plugin, &mut store).map_err(|e| self.trap(&store, e, true))
     }
 
-    fn trap(&self, store: &Store<HostState>, err: wasmtime::Error) -> PluginError {
+    /// Turn a failed instantiation or call into the typed error saying why.
+    /// An error that is not a trap, from a call, is the result's lift
+    /// failing: an output over its cap (hostcall fuel) or not well-formed.
+    fn trap(&self, store: &Store<HostState>, err: wasmtime::Error, called: bool) -> PluginError {
         let plugin = self.label.clone();
-        if store.data().memory_denied {
+        let state = store.data();
+        if state.memory_denied {
             return PluginError::MemoryLimit {
                 plugin,
-                limit: self.limits.memory_bytes,
+                limit: self.shared.limits.memory_bytes,
             };
+        }
+        if let Some(violation) = state.violation {
+            return PluginError::Forbidden { plugin, violation };
         }
         match err.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => PluginError::Timeout {
                 plugin,
-                deadline: self.limits.call_deadline,
+                deadline: self.shared.limits.call_deadline,
             },
-            Some(Trap::UnreachableCodeReached) => {
-                // Rust's panic hook writes "thread … panicked at file:line:col:",
-                // the message, then a hint about RUST_BACKTRACE.
-                let stderr = String::from_utf8_lossy(&store.data().stderr.contents()).into_owned();
-                let message: Vec<&str> = stderr
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with("note: run with"))
-                    .collect();
-                PluginError::Panic {
-                    plugin,
-                    message: if message.is_empty() {
-                        "(no message)".to_string()
-                    } else {
-                        message.join(" ")
-                    },
-                }
-            }
-            _ => PluginError::Trap {
+            Some(Trap::UnreachableCodeReached) => PluginError::Panic {
                 plugin,
-                message: format!("{err:#}"),
+                message: plugin_text(&panic_message(&state.console()), MAX_MESSAGE),
+            },
+            Some(Trap::StackOverflow) => PluginError::Trap {
+                plugin,
+                message: "stack overflow (runaway recursion)".into(),
+            },
+            Some(_) => PluginError::Trap {
+                plugin,
+                message: plugin_text(&format!("{err:#}"), MAX_MESSAGE),
+            },
+            None if called => PluginError::MalformedOutput {
+                plugin,
+                message: plugin_text(
+                    &format!("its result could not be read within the host's bounds: {err:#}"),
+                    MAX_MESSAGE,
+                ),
+            },
+            None => PluginError::Trap {
+                plugin,
+                message: plugin_text(&format!("instantiating: {err:#}"), MAX_MESSAGE),
             },
         }
     }
 
+    fn malformed_input(&self, e: wire::WireError) -> PluginError {
+        PluginError::MalformedInput {
+            plugin: self.label.clone(),
+            message: e.to_string(),
+        }
+    }
+
     fn describe(&self, sha256: String) -> Result<PluginDeclaration, PluginError> {
-        let params = self.params.clone();
-        let result = self.call(|p, s| p.call_describe(s, &params))?;
-        let decl = result.map_err(|e| match e {
-            bindings::DescribeError::InvalidParams(message) => PluginError::InvalidParams {
-                plugin: self.label.clone(),
-                message,
-            },
-        })?;
-        let plugin = if decl.name.is_empty() {
+        let result = self.call(DESCRIBE_BYTES, |p, s| p.call_describe(s, &self.params))?;
+        let raw = match result {
+            Ok(decl) => abi::declaration(&self.label, decl)?,
+            Err(abi::DescribeError::InvalidParams(message)) => {
+                return Err(PluginError::InvalidParams {
+                    plugin: self.label.clone(),
+                    message: plugin_text(&message, MAX_MESSAGE),
+                });
+            }
+        };
+        self.check_declaration(raw, sha256)
+    }
+
+    /// Turn what `describe` returned into a checked declaration.
+    fn check_declaration(
+        &self,
+        raw: RawDeclaration,
+        sha256: String,
+    ) -> Result<PluginDeclaration, PluginError> {
+        let plugin = if raw.name.is_empty() {
             self.label.clone()
         } else {
-            decl.name.clone()
+            raw.name.clone()
         };
-        if decl.abi_version != ABI_VERSION {
+        if raw.abi_version != ABI_VERSION {
             return Err(PluginError::UnsupportedAbi {
                 plugin,
-                found: decl.abi_version,
+                found: raw.abi_version,
             });
         }
-        if decl.arrow_schema.len() > self.limits.output_bytes {
-            return Err(PluginError::OutputTooLarge {
-                plugin,
-                size: decl.arrow_schema.len(),
-                limit: self.limits.output_bytes,
-            });
-        }
-        let schema = decode_schema(&decl.arrow_schema).map_err(|message| {
+        let schema = wire::decode_schema(&raw.arrow_schema).map_err(|e| {
             PluginError::InvalidDeclaration {
                 plugin: plugin.clone(),
                 problems: vec![SpecProblem {
                     field: "arrow-schema".into(),
-                    message,
+                    message: e.to_string(),
                 }],
             }
         })?;
-        let mut spec = SchemaSpec::from_arrow(&plugin, &decl.key_column, &schema);
-        spec.blob_columns = decl.blob_columns;
-        spec.vectors = decl
-            .vector_columns
-            .iter()
-            .map(|v| VectorSpec {
-                column: v.name.clone(),
-                dimension: i64::from(v.dimension),
-                metric: match v.metric {
-                    bindings::Metric::L2 => "l2",
-                    bindings::Metric::Cosine => "cosine",
-                    bindings::Metric::Dot => "dot",
+        let mut spec = SchemaSpec::from_arrow(&plugin, &raw.key_column, &schema);
+        spec.blob_columns = raw.blob_columns;
+        spec.vectors = raw
+            .vectors
+            .into_iter()
+            .map(|(column, dimension, metric)| VectorSpec {
+                column,
+                dimension: i64::from(dimension),
+                metric: match metric {
+                    abi::Metric::L2 => "l2",
+                    abi::Metric::Cosine => "cosine",
+                    abi::Metric::Dot => "dot",
                 }
                 .to_string(),
             })
             .collect();
-        spec.secondary_key = decl.secondary_key;
-        spec.queries = decl
-            .queries
-            .into_iter()
-            .map(|q| QuerySpec {
-                name: q.name,
-                description: q.description,
-                params: q.params,
-                filter: q.filter,
-                order_by: q.order_by,
-                reduce: q.reduce,
-            })
-            .collect();
-        for (flag, name) in [
-            (bindings::Capabilities::TOMBSTONES, "tombstones"),
-            (bindings::Capabilities::SUPERSESSION, "supersession"),
-            (bindings::Capabilities::LIFECYCLE, "lifecycle"),
-            (bindings::Capabilities::UNIQUE_KEYS, "unique_keys"),
-        ] {
-            if decl.capabilities.contains(flag) {
-                spec.capabilities.push(name.to_string());
-            }
-        }
+        spec.secondary_key = raw.secondary_key;
+        spec.queries = raw.queries;
+        spec.capabilities = raw.capabilities.iter().map(|c| c.to_string()).collect();
         // The built-in datagen schema keys by `event_id`; the registry holds
         // user schemas to `id`.
         let schema = spec
@@ -549,63 +544,40 @@ impl LoadedPlugin {
             })?;
         Ok(PluginDeclaration {
             name: plugin,
-            version: decl.version,
-            abi_version: decl.abi_version,
+            version: raw.version,
+            abi_version: raw.abi_version,
             schema,
             spec,
-            has_transform: decl.has_transform,
+            has_transform: raw.has_transform,
             sha256,
         })
     }
 
-    fn batch_error(&self, e: bindings::BatchError) -> PluginError {
-        match e {
-            bindings::BatchError::Rows(rows) => PluginError::Rejected {
-                plugin: self.label.clone(),
-                errors: rows
-                    .into_iter()
-                    .map(|r| RowError {
-                        row: r.row,
-                        column: r.column,
-                        code: r.code,
-                        message: r.message,
-                    })
-                    .collect(),
-            },
-            bindings::BatchError::MalformedInput(message) => PluginError::MalformedInput {
-                plugin: self.label.clone(),
-                message,
-            },
-        }
-    }
-
     fn encode_input(&self, batch: &RecordBatch) -> Result<Vec<u8>, PluginError> {
-        encode(std::slice::from_ref(batch)).map_err(|message| PluginError::MalformedInput {
-            plugin: self.label.clone(),
-            message,
-        })
+        wire::encode(std::slice::from_ref(batch)).map_err(|e| self.malformed_input(e))
     }
 
-    fn context(&self, now_micros: i64) -> bindings::CallContext {
-        bindings::CallContext {
+    fn context(&self, now_micros: i64) -> CallContext {
+        CallContext {
             now_micros,
             params: self.params.clone(),
         }
     }
 
-    /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with every row error.
+    /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with its row errors.
     pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
         let bytes = self.encode_input(batch)?;
         let context = self.context(crate::now_micros());
-        self.call(|p, s| p.call_validate(s, &bytes, &context))?
-            .map_err(|e| self.batch_error(e))
+        self.call(ERROR_BYTES, |p, s| p.call_validate(s, &bytes, &context))?
+            .map_err(|e| abi::batch_error(&self.label, e))
     }
 
     /// Transform a batch. By the contract a transform applies `validate`'s
     /// checks first (one boundary crossing for both), then returns the columns
-    /// it fills or derives; the host checks each against the declaration and
-    /// assembles the batch: a derived column where returned, else the input's,
-    /// else nulls. Without a declared transform, the batch is returned as is.
+    /// it fills or derives; the host decodes them with the bounded decoder,
+    /// checks each against the declaration and assembles the batch: a
+    /// derived column where returned, else the input's, else nulls. Without a
+    /// declared transform, the batch is returned as is.
     pub fn transform(
         &self,
         batch: &RecordBatch,
@@ -617,88 +589,80 @@ impl LoadedPlugin {
         }
         let bytes = self.encode_input(batch)?;
         let context = self.context(now_micros);
+        let limit = self.shared.limits.output_bytes;
         let out = self
-            .call(|p, s| p.call_transform(s, &bytes, &context))?
-            .map_err(|e| self.batch_error(e))?;
+            .call(limit.max(ERROR_BYTES), |p, s| {
+                p.call_transform(s, &bytes, &context)
+            })?
+            .map_err(|e| abi::batch_error(&self.label, e))?;
         drop(bytes);
-        if out.len() > self.limits.output_bytes {
+        if out.len() > limit {
             return Err(PluginError::OutputTooLarge {
                 plugin: self.label.clone(),
+                what: "transform output",
                 size: out.len(),
-                limit: self.limits.output_bytes,
+                limit,
             });
         }
-        let batches = decode(out).map_err(|message| PluginError::MalformedOutput {
+        let malformed = |message: String| PluginError::MalformedOutput {
             plugin: self.label.clone(),
             message,
-        })?;
+        };
         let mismatch = |message: String| PluginError::SchemaMismatch {
             plugin: self.label.clone(),
             message,
         };
-        let Some(first) = batches.first() else {
-            return Err(PluginError::MalformedOutput {
-                plugin: self.label.clone(),
-                message: "the output stream holds no batch".into(),
-            });
+        let limits = wire::Limits {
+            max_bytes: limit,
+            max_rows: batch.num_rows(),
+            ..wire::Limits::default()
         };
-        let derived_schema = first.schema();
-        check_derived(&declared.schema, &derived_schema).map_err(mismatch)?;
-        let mut rows = 0;
-        for b in &batches {
-            if b.schema() != derived_schema {
-                return Err(mismatch("the output batches have different columns".into()));
-            }
-            rows += b.num_rows();
-        }
+        let decoded = wire::decode_with(out, &limits).map_err(|e| malformed(e.to_string()))?;
+        check_derived(&declared.schema, &decoded.schema).map_err(mismatch)?;
+        let rows: usize = decoded.batches.iter().map(RecordBatch::num_rows).sum();
         if rows != batch.num_rows() {
             return Err(mismatch(format!(
                 "{} rows in, {rows} rows out",
                 batch.num_rows()
             )));
         }
-        let derived = if batches.len() == 1 {
-            batches.into_iter().next().expect("one batch")
-        } else {
-            arrow_select::concat::concat_batches(&derived_schema, &batches).map_err(|e| {
-                PluginError::MalformedOutput {
-                    plugin: self.label.clone(),
-                    message: e.to_string(),
-                }
-            })?
+        let derived = match decoded.batches.len() {
+            1 => decoded.batches.into_iter().next().expect("one batch"),
+            _ => arrow_select::concat::concat_batches(&decoded.schema, &decoded.batches)
+                .map_err(|e| malformed(e.to_string()))?,
         };
-        assemble(&declared.schema, batch, &derived).map_err(|message| {
-            PluginError::MalformedOutput {
-                plugin: self.label.clone(),
-                message,
-            }
-        })
+        assemble(&declared.schema, batch, &derived).map_err(malformed)
     }
 
-    /// Reduce the rows of named query `query` (declared with `reduce`) to
-    /// JSON with the plugin's `reduce`. Output larger than the output cap, or
-    /// not JSON, is an error.
+    /// Reduce the rows of named query `query` (declared with `reduce`) to a
+    /// JSON document with the plugin's `reduce`. The document is checked (one
+    /// JSON value, within [`PluginLimits::reduce_output_bytes`]) but not
+    /// built: it is returned as raw JSON text.
     pub fn reduce(
         &self,
         query: &str,
         rows: &RecordBatch,
         now_micros: i64,
-    ) -> Result<serde_json::Value, PluginError> {
+    ) -> Result<Box<RawValue>, PluginError> {
         let bytes = self.encode_input(rows)?;
         let context = self.context(now_micros);
-        let out = self
-            .call(|p, s| p.call_reduce(s, query, &bytes, &context))?
-            .map_err(|e| self.batch_error(e))?;
-        if out.len() > self.limits.output_bytes {
+        let limit = self.shared.limits.reduce_output_bytes;
+        let text = self
+            .call(limit.max(ERROR_BYTES), |p, s| {
+                p.call_reduce(s, query, &bytes, &context)
+            })?
+            .map_err(|e| abi::batch_error(&self.label, e))?;
+        if text.len() > limit {
             return Err(PluginError::OutputTooLarge {
                 plugin: self.label.clone(),
-                size: out.len(),
-                limit: self.limits.output_bytes,
+                what: "reduce output",
+                size: text.len(),
+                limit,
             });
         }
-        serde_json::from_str(&out).map_err(|e| PluginError::MalformedOutput {
+        json_document(text).map_err(|message| PluginError::MalformedOutput {
             plugin: self.label.clone(),
-            message: format!("reduce returned text that is not JSON: {e}"),
+            message: format!("reduce returned {message}"),
         })
     }
 
@@ -716,66 +680,4 @@ impl LoadedPlugin {
             Ok(batch.clone())
         }
     }
-}
-
-/// A transform's output columns must be declared, once each, with the
-/// declared type (nullability is the engine's to check, row by row).
-fn check_derived(declared: &Schema, got: &Schema) -> Result<(), String> {
-    let mut seen = std::collections::HashSet::new();
-    for field in got.fields() {
-        if !seen.insert(field.name()) {
-            return Err(format!("column '{}' is returned twice", field.name()));
-        }
-        match declared.field_with_name(field.name()) {
-            Err(_) => return Err(format!("column '{}' is not declared", field.name())),
-            Ok(d) if d.data_type() != field.data_type() => {
-                return Err(format!(
-                    "column '{}' is {}, declared {}",
-                    field.name(),
-                    field.data_type(),
-                    d.data_type()
-                ));
-            }
-            Ok(_) => {}
-        }
-    }
-    Ok(())
-}
-
-/// The declared columns in declared order: derived, else input, else nulls.
-/// Fields keep the declared type and are nullable here; the engine checks
-/// nullability and names the row.
-fn assemble(
-    declared: &SchemaRef,
-    input: &RecordBatch,
-    derived: &RecordBatch,
-) -> Result<RecordBatch, String> {
-    let rows = input.num_rows();
-    let mut fields = Vec::with_capacity(declared.fields().len());
-    let mut columns = Vec::with_capacity(declared.fields().len());
-    for field in declared.fields() {
-        let column = derived
-            .column_by_name(field.name())
-            .or_else(|| input.column_by_name(field.name()))
-            .cloned()
-            .unwrap_or_else(|| arrow_array::new_null_array(field.data_type(), rows));
-        if column.data_type() != field.data_type() {
-            return Err(format!(
-                "column '{}' is {}, declared {}",
-                field.name(),
-                column.data_type(),
-                field.data_type()
-            ));
-        }
-        fields.push(field.as_ref().clone().with_nullable(true));
-        columns.push(column);
-    }
-    RecordBatch::try_new(
-        Arc::new(Schema::new_with_metadata(
-            fields,
-            declared.metadata().clone(),
-        )),
-        columns,
-    )
-    .map_err(|e| e.to_string())
 }

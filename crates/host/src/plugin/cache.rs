@@ -1,0 +1,301 @@
+//! The compile cache: compiled plugins kept so that a second start does not
+//! recompile (compiling a component takes ~1 s; loading a cached one, a few
+//! milliseconds).
+//!
+//! Cached native code runs in the host process, so the cache must never run
+//! code the store's pin (the sha256 of the component) did not approve. Two
+//! things make sure of that:
+//! - the cache lives in a **private per-user directory** (by default
+//!   `$LANCE_CONTEXT_CACHE_DIR`, else `$XDG_CACHE_HOME/lance-context/plugins`,
+//!   else `~/.cache/lance-context/plugins`), never under a data root: whoever
+//!   can write a data root cannot reach it. A directory writable by group or
+//!   others is refused.
+//! - every entry is **authenticated**: named by the component's sha256 and
+//!   the engine's compatibility fingerprint, and prefixed with an HMAC-SHA256
+//!   over (sha256, fingerprint, compiled bytes) under a random key kept in the
+//!   same private directory (mode 0600). An entry that does not verify —
+//!   planted, swapped for another component's, truncated — is ignored and
+//!   replaced by a fresh compile ([`CacheStats::rejected`] counts them).
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+const KEY_FILE: &str = "cache.key";
+const TAG_BYTES: usize = 32;
+
+/// What the cache did since the runtime started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Entries loaded (verified).
+    pub hits: usize,
+    /// Components compiled because no entry existed.
+    pub misses: usize,
+    /// Entries that failed verification and were replaced.
+    pub rejected: usize,
+}
+
+/// The default cache directory (see the module docs); `None` when no home
+/// directory is known.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("LANCE_CONTEXT_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("lance-context").join("plugins"))
+}
+
+#[derive(Debug)]
+pub(crate) struct CompileCache {
+    dir: PathBuf,
+    key: [u8; 32],
+    fingerprint: String,
+    hits: AtomicUsize,
+    misses: AtomicUsize,
+    rejected: AtomicUsize,
+}
+
+impl CompileCache {
+    /// Open (creating) the cache at `dir` for `engine`.
+    pub fn open(dir: &Path, engine: &Engine) -> Result<Self, String> {
+        let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        create_private_dir(&dir)?;
+        let key = load_or_create_key(&dir.join(KEY_FILE))?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        Ok(Self {
+            dir,
+            key,
+            fingerprint: format!("{:016x}", hasher.finish()),
+            hits: AtomicUsize::new(0),
+            misses: AtomicUsize::new(0),
+            rejected: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+        }
+    }
+
+    fn entry(&self, sha256: &str) -> PathBuf {
+        self.dir
+            .join(format!("{sha256}-{}.cwasm", self.fingerprint))
+    }
+
+    fn tag(&self, sha256: &str, artifact: &[u8]) -> [u8; TAG_BYTES] {
+        hmac_sha256(
+            &self.key,
+            &[
+                sha256.as_bytes(),
+                b"\0",
+                self.fingerprint.as_bytes(),
+                b"\0",
+                artifact,
+            ],
+        )
+    }
+
+    /// The cached component for `sha256`, if an entry exists and verifies.
+    pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let path = self.entry(sha256);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        let verified = bytes.len() > TAG_BYTES && {
+            let (tag, artifact) = bytes.split_at(TAG_BYTES);
+            constant_time_eq(tag, &self.tag(sha256, artifact))
+        };
+        if !verified {
+            tracing::warn!(path = %path.display(), "compile cache entry failed verification; recompiling");
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        match deserialize_verified(engine, &bytes[TAG_BYTES..]) {
+            Ok(component) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(component)
+            }
+            Err(e) => {
+                // Verified but from an incompatible build: recompile.
+                tracing::debug!(path = %path.display(), "compile cache entry not loadable: {e:#}");
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Keep `component` (compiled from bytes hashing to `sha256`). Best
+    /// effort: a failure only costs a recompile later.
+    pub fn store(&self, sha256: &str, component: &Component) {
+        let Ok(artifact) = component.serialize() else {
+            return;
+        };
+        let path = self.entry(sha256);
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        let written = (|| -> std::io::Result<()> {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&self.tag(sha256, &artifact))?;
+            file.write_all(&artifact)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = written {
+            tracing::debug!(path = %path.display(), "could not write a compile cache entry: {e}");
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// Load a compiled component whose bytes were authenticated by the cache's
+/// HMAC: they are exactly what `Component::serialize` wrote for this
+/// component on an engine with the same compatibility fingerprint.
+#[allow(unsafe_code)]
+fn deserialize_verified(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: wasmtime requires that the bytes come from `Component::serialize`
+    // (or `Engine::precompile_component`) of a trusted source. These bytes
+    // were written by `CompileCache::store` from our own compile and carry an
+    // HMAC under a key only this user can read; `load` checked it before this
+    // call, so they are our own output, unmodified. wasmtime itself checks the
+    // engine configuration and version recorded in the artifact.
+    unsafe { Component::deserialize(engine, artifact) }
+}
+
+/// Create `dir` (mode 0700 where it is new) and refuse it when group or
+/// others may write it.
+fn create_private_dir(dir: &Path) -> Result<(), String> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if meta.permissions().mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by group or others; the compile cache must be private \
+                 (chmod 700 it, or set LANCE_CONTEXT_CACHE_DIR)",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn load_or_create_key(path: &Path) -> Result<[u8; 32], String> {
+    if let Ok(bytes) = std::fs::read(path) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                return Err(format!(
+                    "{} is readable or writable by others; the cache key must be private (0600)",
+                    path.display()
+                ));
+            }
+        }
+        return bytes
+            .try_into()
+            .map_err(|_| format!("{}: not a 32-byte key", path.display()));
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| format!("generating a cache key: {e}"))?;
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    file.write_all(&key)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    // Another process may have created the key meanwhile: keep the first.
+    match std::fs::hard_link(&tmp, path) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&tmp);
+            Ok(key)
+        }
+        Err(_) => {
+            let _ = std::fs::remove_file(&tmp);
+            let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            bytes
+                .try_into()
+                .map_err(|_| format!("{}: not a 32-byte key", path.display()))
+        }
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of the concatenated `parts` under `key`.
+fn hmac_sha256(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(key);
+    let mut inner = Sha256::new();
+    inner.update(block.map(|b| b ^ 0x36));
+    for part in parts {
+        inner.update(part);
+    }
+    let inner = inner.finalize();
+    let mut outer = Sha256::new();
+    outer.update(block.map(|b| b ^ 0x5c));
+    outer.update(inner);
+    outer.finalize().into()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_the_rfc_4231_vector() {
+        // RFC 4231 test case 2 uses a 4-byte key; our keys are 32 bytes, so
+        // check against the same construction with the key zero-padded,
+        // which HMAC defines to be equivalent.
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(b"Jefe");
+        let tag = hmac_sha256(&key, &[b"what do ya want ", b"for nothing?"]);
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! [`PluginError`], and the one function that makes plugin-supplied text safe
+//! to store and print.
+
+use std::time::Duration;
+
+use crate::spec::SpecProblem;
+
+use super::ABI_VERSION;
+
+/// One row-level problem reported by a plugin: the SDK's type, which both
+/// sides of the contract share.
+pub use lance_context_wire::RowError;
+
+/// What a plugin did that the sandbox does not allow (see the `plugin`
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// Waited on a clock or a stream that is not ready (sleep, blocking
+    /// poll): time does not pass inside the sandbox, so a wait never ends.
+    Blocked,
+    /// Called `exit`.
+    Exit,
+    /// Asked for more random bytes in one call than the sandbox hands out.
+    RandomTooLarge,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Blocked => {
+                "it waited (sleep or a blocking poll), which never ends in the sandbox"
+            }
+            Self::Exit => "it called exit",
+            Self::RandomTooLarge => "it asked for more random bytes at once than the sandbox gives",
+        })
+    }
+}
+
+/// A plugin failure, always naming the plugin. Text that came from the plugin
+/// (names, messages, row errors, panic messages) is bounded in length and has
+/// its control characters escaped, so it is safe to print on a terminal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PluginError {
+    /// The bytes are not a component this host can compile or link (wrong
+    /// world, an import the sandbox does not provide, too large).
+    #[error("plugin {plugin}: cannot load: {message}")]
+    Load { plugin: String, message: String },
+    /// The plugin was built against an ABI this host does not speak.
+    #[error(
+        "plugin {plugin}: ABI version {found} is not supported (this host speaks {ABI_VERSION})"
+    )]
+    UnsupportedAbi { plugin: String, found: u32 },
+    /// `describe` refused the creation parameters.
+    #[error("plugin {plugin}: invalid parameters: {message}")]
+    InvalidParams { plugin: String, message: String },
+    /// The declaration breaks the spec rules (every problem found).
+    #[error("plugin {plugin}: invalid declaration: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidDeclaration {
+        plugin: String,
+        problems: Vec<SpecProblem>,
+    },
+    /// `validate` or `transform` rejected rows. `errors` holds the first ones
+    /// (up to the host's cap), `total` how many the plugin reported.
+    #[error("plugin {plugin}: {total} row error(s), first: {}", errors.first().map(ToString::to_string).unwrap_or_default())]
+    Rejected {
+        plugin: String,
+        errors: Vec<RowError>,
+        total: usize,
+    },
+    /// The call ran past its deadline.
+    #[error("plugin {plugin}: call exceeded its deadline of {deadline:?}")]
+    Timeout { plugin: String, deadline: Duration },
+    /// The instance tried to use more memory (all its memories and tables
+    /// together) than the cap.
+    #[error("plugin {plugin}: exceeded its memory limit of {limit} bytes")]
+    MemoryLimit { plugin: String, limit: usize },
+    /// The guest panicked.
+    #[error("plugin {plugin}: panicked: {message}")]
+    Panic { plugin: String, message: String },
+    /// The plugin did something the sandbox forbids.
+    #[error("plugin {plugin}: stopped: {violation}")]
+    Forbidden {
+        plugin: String,
+        violation: Violation,
+    },
+    /// Any other trap (stack overflow, unreachable code, too many instances…).
+    #[error("plugin {plugin}: trapped: {message}")]
+    Trap { plugin: String, message: String },
+    /// An output (a batch, a declaration field, a reduce result, an error
+    /// list) is larger than its cap.
+    #[error("plugin {plugin}: {what} of {size} exceeds the limit of {limit}")]
+    OutputTooLarge {
+        plugin: String,
+        what: &'static str,
+        size: usize,
+        limit: usize,
+    },
+    /// The output is not valid Arrow IPC of the contract, or not JSON.
+    #[error("plugin {plugin}: malformed output: {message}")]
+    MalformedOutput { plugin: String, message: String },
+    /// The output does not match the declared schema.
+    #[error("plugin {plugin}: output does not match the declared schema: {message}")]
+    SchemaMismatch { plugin: String, message: String },
+    /// The plugin reported its input as malformed (a host bug or version skew).
+    #[error("plugin {plugin}: rejected its input as malformed: {message}")]
+    MalformedInput { plugin: String, message: String },
+}
+
+impl PluginError {
+    /// The row errors, when rows were rejected.
+    pub fn row_errors(&self) -> Option<&[RowError]> {
+        match self {
+            Self::Rejected { errors, .. } => Some(errors),
+            _ => None,
+        }
+    }
+
+    /// Whether the plugin itself failed (a trap, a deadline, a limit, a bad
+    /// output) rather than the caller's data or parameters being refused.
+    pub fn is_fault(&self) -> bool {
+        !matches!(
+            self,
+            Self::Rejected { .. } | Self::InvalidParams { .. } | Self::MalformedInput { .. }
+        )
+    }
+}
+
+/// Plugin-supplied text made safe to keep and print: at most `max` bytes (cut
+/// at a character boundary, marked with `…`), every control character (ANSI
+/// escapes, newlines, carriage returns) written as a `\u{..}` escape.
+pub(crate) fn plugin_text(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 8);
+    for c in text.chars() {
+        if out.len() >= max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_text_escapes_controls_and_bounds_length() {
+        assert_eq!(plugin_text("ok", 10), "ok");
+        assert_eq!(plugin_text("\u{1b}[31mred", 64), "\\u{1b}[31mred");
+        assert_eq!(plugin_text("a\nb\r", 64), "a\\u{a}b\\u{d}");
+        let long = "é".repeat(100);
+        let cut = plugin_text(&long, 11);
+        assert!(cut.len() <= 11 + '…'.len_utf8() + 1, "{cut}");
+        assert!(cut.ends_with('…'));
+    }
+}

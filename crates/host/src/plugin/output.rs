@@ -1,0 +1,123 @@
+//! What the host does with a plugin's outputs once they are read: check a
+//! transform's columns against the declaration and assemble the declared
+//! batch; check that a reduce result is JSON without building it in memory.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+/// A transform's output columns must be declared, once each, with the
+/// declared type (nullability is the engine's to check, row by row).
+pub(crate) fn check_derived(declared: &Schema, got: &Schema) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    for field in got.fields() {
+        if !seen.insert(field.name()) {
+            return Err(format!("column '{}' is returned twice", field.name()));
+        }
+        match declared.field_with_name(field.name()) {
+            Err(_) => return Err(format!("column '{}' is not declared", field.name())),
+            Ok(d) if d.data_type() != field.data_type() => {
+                return Err(format!(
+                    "column '{}' is {}, declared {}",
+                    field.name(),
+                    field.data_type(),
+                    d.data_type()
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The declared columns in declared order: derived, else input, else nulls.
+/// Fields keep the declared type and are nullable here; the engine checks
+/// nullability and names the row. (A declared type's null array is bounded:
+/// the spec rules cap list widths and bytes per row.)
+pub(crate) fn assemble(
+    declared: &SchemaRef,
+    input: &RecordBatch,
+    derived: &RecordBatch,
+) -> Result<RecordBatch, String> {
+    let rows = input.num_rows();
+    let mut fields = Vec::with_capacity(declared.fields().len());
+    let mut columns = Vec::with_capacity(declared.fields().len());
+    for field in declared.fields() {
+        let column = derived
+            .column_by_name(field.name())
+            .or_else(|| input.column_by_name(field.name()))
+            .cloned()
+            .unwrap_or_else(|| arrow_array::new_null_array(field.data_type(), rows));
+        if column.data_type() != field.data_type() {
+            return Err(format!(
+                "column '{}' is {}, declared {}",
+                field.name(),
+                column.data_type(),
+                field.data_type()
+            ));
+        }
+        fields.push(field.as_ref().clone().with_nullable(true));
+        columns.push(column);
+    }
+    RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            declared.metadata().clone(),
+        )),
+        columns,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Check that `text` is one JSON document — walked without building it (a
+/// `[[],[],…]` of 256 MiB would otherwise become gigabytes of values;
+/// nesting is bounded by the parser's recursion limit) — and keep it as raw
+/// JSON.
+pub(crate) fn json_document(text: String) -> Result<Box<RawValue>, String> {
+    serde_json::from_str::<IgnoredAny>(&text).map_err(|e| format!("not JSON: {e}"))?;
+    RawValue::from_string(text).map_err(|e| format!("not JSON: {e}"))
+}
+
+/// The panic message in a guest's console output: from the last "panicked
+/// at" on, without the backtrace hint, on one line.
+pub(crate) fn panic_message(console: &str) -> String {
+    let start = console.rfind("panicked at").unwrap_or(0);
+    let message: Vec<&str> = console[start..]
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("note: run with"))
+        .collect();
+    if message.is_empty() {
+        "(no message)".to_string()
+    } else {
+        message.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_checked_without_being_built() {
+        assert!(json_document(r#"{"a": [1, 2]}"#.into()).is_ok());
+        assert!(json_document("{".into()).is_err());
+        assert!(json_document("1 2".into()).is_err());
+        // serde_json skips values iteratively: deep nesting costs no stack.
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        assert!(json_document(deep).is_ok());
+        let wide = format!("[{}[]]", "[],".repeat(1_000_000));
+        assert_eq!(json_document(wide.clone()).unwrap().get(), wide);
+    }
+
+    #[test]
+    fn the_panic_message_is_the_last_panic() {
+        let console = "debug line\nthread '<unnamed>' panicked at src/lib.rs:1:2:\nboom\nnote: run with `RUST_BACKTRACE=1`";
+        assert_eq!(panic_message(console), "panicked at src/lib.rs:1:2: boom");
+        assert_eq!(panic_message(""), "(no message)");
+    }
+}
