@@ -6,6 +6,7 @@ mod support;
 
 mod crash;
 mod fencing;
+mod fuzz;
 mod maintenance;
 mod plugins;
 mod read;

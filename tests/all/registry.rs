@@ -801,3 +801,49 @@ async fn creates_and_drops_sharing_a_plugin_file_never_lose_it() {
         reg.drop_store(&new, &no_options()).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_parameter_query_cannot_be_injected() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = registry(dir.path());
+    let spec = SchemaSpec::from_json(
+        r#"{"name": "items", "key": "id", "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "tenant", "type": "Utf8"},
+            {"name": "item", "type": "Utf8"}],
+          "queries": [{"name": "q", "params": ["t", "i"],
+                       "filter": "tenant = {t} AND item = {i}"}]}"#,
+    )
+    .unwrap();
+    let named = reg
+        .create("items", CreateOptions::new(SchemaSource::Spec(spec)))
+        .await
+        .unwrap();
+    add_json(
+        &named,
+        r#"{"id": "1", "tenant": "a", "item": "x"}
+{"id": "2", "tenant": "b", "item": "y"}"#,
+    )
+    .await
+    .unwrap();
+    let args = |t: &str, i: &str| {
+        vec![
+            ("t".to_string(), t.to_string()),
+            ("i".to_string(), i.to_string()),
+        ]
+    };
+    assert_eq!(
+        named.query("q", &args("a", "x")).await.unwrap().num_rows(),
+        1
+    );
+    let injected = named
+        .query("q", &args("{i}", " OR 1=1 OR tenant="))
+        .await
+        .unwrap();
+    assert_eq!(
+        injected.num_rows(),
+        0,
+        "the injection returned other tenants' rows"
+    );
+    named.store.close().await.unwrap();
+}
