@@ -1,61 +1,128 @@
-//! One key, one shard: the engine refuses to open a writer on a second shard
-//! while another shard holds unmerged generations (e.g. a renamed instance).
+//! One key, one shard. With the default single-writer policy, a writer that
+//! opens takes over every other shard: it fences a writer still on it,
+//! replays and merges what it holds, and only then writes — so two instances
+//! never write at once, and a key is never read twice.
 
-use lance_context_store::{Error, ErrorKind, ShardPolicy, Store, shard_id_for_instance};
+use lance_context_store::{ShardPolicy, Store, StoreConfig, shard_id_for_instance};
 
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renamed_instance_is_refused_while_the_old_shard_is_unmerged() {
+async fn a_second_instance_takes_over_the_first_and_no_key_is_read_twice() {
     let (_dir, uri) = temp_uri();
-    let a = Store::create(config(&uri).with_instance_id("a"))
-        .await
-        .unwrap();
-    a.add(&batch(&rows("k", "from-a", 5))).await.unwrap();
-    a.close().await.unwrap();
-    drop(a);
-
-    let err = Store::open(config(&uri).with_instance_id("b"))
-        .await
-        .unwrap_err();
-    match &err {
-        Error::ShardConflict {
-            ours,
-            other,
-            generations,
-        } => {
-            assert_eq!(*ours, shard_id_for_instance("b"));
-            assert_eq!(*other, shard_id_for_instance("a"));
-            assert!(*generations >= 1);
-        }
-        other => panic!("expected ShardConflict, got {other:?}"),
-    }
-    assert_eq!(err.kind(), ErrorKind::Conflict);
-
-    // The old name still opens, and its rows are there once.
-    let a = Store::open(config(&uri).with_instance_id("a"))
-        .await
-        .unwrap();
-    assert_eq!(a.count(None).await.unwrap(), 5);
-    a.add(&batch(&rows("k", "again-a", 5))).await.unwrap();
-    assert_eq!(
-        a.count(None).await.unwrap(),
-        5,
-        "same keys, same shard: deduped"
-    );
-    drop(a);
-
-    // With partitioned keys (the caller's promise) a second instance may write
-    // disjoint keys; both shards are read.
-    let b = Store::open(
+    let manual = |instance: &str| {
         config(&uri)
-            .with_instance_id("b")
-            .with_shard_policy(ShardPolicy::PartitionedKeys),
-    )
-    .await
-    .unwrap();
-    b.add(&batch(&rows("only-b", "from-b", 3))).await.unwrap();
-    assert_eq!(b.count(None).await.unwrap(), 8);
+            .with_instance_id(instance)
+            .with_manual_maintenance()
+    };
+    let a = Store::create(manual("a")).await.unwrap();
+    a.add(&batch(&rows("k", "from-a", 5))).await.unwrap();
+
+    // Nothing unmerged stops the takeover, and a live writer on "a" is fenced.
+    let b = Store::open(manual("b")).await.unwrap();
     let status = b.wal_status().await.unwrap();
-    assert_eq!(status.unmerged_generations.len(), 2, "{status:?}");
+    assert!(
+        status.unmerged_generations.iter().all(|(_, n)| *n == 0),
+        "a's shard was merged before b wrote: {status:?}"
+    );
+    let err = a.add(&batch(&rows("late-a", "g", 1))).await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+
+    // The same keys through b: newest wins, each key once.
+    b.add(&batch(&rows("k", "from-b", 5))).await.unwrap();
+    assert_eq!(b.count(None).await.unwrap(), 5);
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 5);
+    let row = decode(&reader.get("k-00003").await.unwrap().unwrap());
+    assert_eq!(row[0].grp, "from-b");
+
+    // a takes the store back the same way.
+    a.reclaim().await.unwrap();
+    a.add(&batch(&rows("k", "from-a-again", 5))).await.unwrap();
+    assert!(
+        b.add(&batch(&rows("x", "g", 1)))
+            .await
+            .unwrap_err()
+            .is_fenced()
+    );
+    assert_eq!(reader.count(None).await.unwrap(), 5);
+    let row = decode(&reader.get("k-00003").await.unwrap().unwrap());
+    assert_eq!(row[0].grp, "from-a-again");
+    drop((a, b));
+
+    // With partitioned keys (the caller's promise) a second instance writes
+    // beside the first; both shards are read.
+    let c = Store::open(manual("c").with_shard_policy(ShardPolicy::PartitionedKeys))
+        .await
+        .unwrap();
+    c.add(&batch(&rows("only-c", "from-c", 3))).await.unwrap();
+    let d = Store::open(manual("d").with_shard_policy(ShardPolicy::PartitionedKeys))
+        .await
+        .unwrap();
+    d.add(&batch(&rows("only-d", "from-d", 2))).await.unwrap();
+    c.add(&batch(&rows("only-c2", "from-c", 1))).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 11);
+    let status = reader.wal_status().await.unwrap();
+    let shard = |i: &str| shard_id_for_instance(i);
+    for instance in ["c", "d"] {
+        assert!(
+            status
+                .unmerged_generations
+                .iter()
+                .any(|(s, n)| *s == shard(instance) && *n > 0),
+            "{instance}: {status:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreplayed_wal_tail_of_another_instance_is_taken_over() {
+    use lance::dataset::mem_wal::{DatasetMemWalExt, ShardWriterConfig};
+    // A writer of instance "a" made puts durable in its WAL but died before
+    // flushing them to a generation (the window inside an add). "b" opening
+    // must replay and merge them before it writes, or they would be lost to
+    // readers, or read beside b's versions of the same keys.
+    let (_dir, uri) = temp_uri();
+    let manual = |instance: &str| {
+        config(&uri)
+            .with_instance_id(instance)
+            .with_manual_maintenance()
+    };
+    Store::create(manual("a"))
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let shard = shard_id_for_instance("a");
+    let dataset = lance::Dataset::open(&uri).await.unwrap();
+    let writer = dataset
+        .mem_wal_writer(
+            shard,
+            ShardWriterConfig::new(shard)
+                .with_durable_write(true)
+                .with_max_wal_flush_interval(std::time::Duration::from_millis(5)),
+        )
+        .await
+        .unwrap();
+    writer
+        .put(vec![batch(&rows("tail", "a", 4))])
+        .await
+        .unwrap();
+    writer.abort().await.unwrap(); // the crash: no flush, no freeze
+
+    let b = Store::open(manual("b")).await.unwrap();
+    b.add(&batch(&rows("tail", "b", 2))).await.unwrap();
+    assert_eq!(b.count(None).await.unwrap(), 4, "each key once");
+    let newest = |id: &str| {
+        let b = &b;
+        let id = id.to_string();
+        async move { decode(&b.get(&id).await.unwrap().unwrap())[0].grp.clone() }
+    };
+    assert_eq!(newest("tail-00001").await, "b");
+    assert_eq!(
+        newest("tail-00003").await,
+        "a",
+        "the replayed tail survived"
+    );
 }

@@ -89,13 +89,11 @@ enum Command {
         #[arg(long, default_value = "default")]
         instance: String,
     },
-    /// Compact the base table's fragments and re-ensure its indexes. Claims the
-    /// instance's writer like `merge`.
+    /// Compact the base table's fragments and re-ensure its indexes. Needs
+    /// no writer: a running writer is not disturbed.
     Compact {
         #[command(flatten)]
         store: StoreArgs,
-        #[arg(long, default_value = "default")]
-        instance: String,
     },
 }
 
@@ -341,11 +339,9 @@ async fn run(cli: Cli) -> Result<()> {
             print_merge(&stats?);
             Ok(())
         }
-        Command::Compact { store, instance } => {
-            let store = Store::open(maintenance_config(&store, &instance)).await?;
-            let stats = store.compact().await;
-            store.close().await?;
-            print_compaction(&stats?);
+        Command::Compact { store } => {
+            let store = Store::open_read_only(store.config()).await?;
+            print_compaction(&store.compact().await?);
             Ok(())
         }
     }
@@ -895,7 +891,6 @@ mod tests {
             },
             Command::Compact {
                 store: store_args(&uri),
-                instance: "default".into(),
             },
         ] {
             run(Cli { command }).await.unwrap();

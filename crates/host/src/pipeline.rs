@@ -199,6 +199,6 @@ pub async fn add(
     now_micros: i64,
 ) -> Result<AddOutcome, PipelineError> {
     let input = to_input(plugin, batch)?;
-    let ready = plugin.prepare(&input, now_micros)?;
+    let ready = plugin.prepare_async(input, now_micros).await?;
     Ok(store.add(&ready).await?)
 }

@@ -263,7 +263,7 @@ impl NamedStore {
     ) -> std::result::Result<Vec<UpsertOutcome>, crate::pipeline::PipelineError> {
         let now = crate::now_micros();
         let input = crate::pipeline::to_input(&self.plugin, batch)?;
-        let ready = self.plugin.prepare(&input, now)?;
+        let ready = self.plugin.prepare_async(input, now).await?;
         Ok(self.store.upsert(&ready).await?)
     }
 
@@ -287,7 +287,7 @@ impl NamedStore {
             return Ok(None);
         };
         let input = crate::pipeline::to_input(&self.plugin, &version.row)?;
-        version.row = self.plugin.prepare(&input, now)?;
+        version.row = self.plugin.prepare_async(input, now).await?;
         self.store.add_new_versions(&version.row).await?;
         Ok(Some(version))
     }
@@ -320,7 +320,10 @@ impl NamedStore {
         let request = crate::query::named_request(&self.entry.spec, &query.name, args)?;
         let rows = self.store.scan(request).await?;
         let now = crate::now_micros();
-        Ok(self.plugin.reduce(name, &rows, now)?)
+        Ok(self
+            .plugin
+            .reduce_async(name.to_string(), rows, now)
+            .await?)
     }
 
     /// Run one of the schema's named queries (see [`crate::query`]); for a

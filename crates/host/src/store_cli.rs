@@ -91,7 +91,8 @@ enum StoreCommand {
     Status { name: String },
     /// Fold the store's WAL into its base table now.
     Merge { name: String },
-    /// Compact the store's fragments and re-ensure its indexes.
+    /// Compact the store's fragments and re-ensure its indexes (no writer
+    /// is claimed: a running service keeps writing).
     Compact { name: String },
     /// Run one of the schema's named queries (e.g. rollout `trajectory`).
     Query {
@@ -277,12 +278,10 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             Ok(())
         }
         StoreCommand::Compact { name } => {
-            let named = registry
-                .open_with(&name, &options, false, |c| c.with_manual_maintenance())
-                .await?;
-            let stats = named.store.compact().await;
-            named.store.close().await?;
-            crate::print_compaction(&stats?);
+            // Compaction commits to the base table only: no writer is claimed,
+            // so a running service keeps writing.
+            let named = registry.open_with(&name, &options, true, |c| c).await?;
+            crate::print_compaction(&named.store.compact().await?);
             Ok(())
         }
         StoreCommand::Get { name, ids } => {

@@ -310,28 +310,35 @@ fn placeholders(filter: &str) -> Result<Vec<String>, String> {
 }
 
 /// Placeholders of `params` written inside quotes (`'{p}'`): they would
-/// never be filled, and suggest the author meant to quote the value.
+/// never be filled, and suggest the author meant to quote the value. One pass
+/// over the filter; each `{name}` inside quotes is looked up once.
 fn quoted_placeholders(filter: &str, params: &[String]) -> Vec<String> {
+    let params: HashSet<&str> = params.iter().map(String::as_str).collect();
     let mut quoted = Vec::new();
     let mut quote: Option<char> = None;
-    let mut start = 0;
-    for (i, c) in filter.char_indices() {
+    let mut name: Option<String> = None;
+    for c in filter.chars() {
         match (quote, c) {
             (Some(q), c) if c == q => {
-                let inside = &filter[start..i];
-                quoted.extend(
-                    params
-                        .iter()
-                        .filter(|p| inside.contains(&format!("{{{p}}}")))
-                        .cloned(),
-                );
                 quote = None;
+                name = None;
             }
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                start = i + 1;
+            (Some(_), '{') => name = Some(String::new()),
+            (Some(_), '}') => {
+                if let Some(n) = name.take()
+                    && params.contains(n.as_str())
+                    && !quoted.contains(&n)
+                {
+                    quoted.push(n);
+                }
             }
-            _ => {}
+            (Some(_), c) => {
+                if let Some(n) = name.as_mut() {
+                    n.push(c);
+                }
+            }
+            (None, '\'' | '"') => quote = Some(c),
+            (None, _) => {}
         }
     }
     quoted
@@ -577,7 +584,20 @@ impl SchemaSpec {
                 }
             }
             check_rules(c, types.get(c.name.as_str()), &mut p, &at);
+            if let Some(t) = types.get(c.name.as_str())
+                && let Err(why) = nested_names(t)
+            {
+                p(at(".type"), why);
+            }
             for (k, v) in &c.metadata {
+                if k.chars().chain(v.chars()).any(char::is_control)
+                    || k.len() + v.len() > MAX_TYPE_TEXT
+                {
+                    p(
+                        at(&format!(".metadata.{}", k.escape_default())),
+                        "metadata keys and values are printable text of at most 1 KiB".into(),
+                    );
+                }
                 if v == TOMBSTONE_CONTENT_TYPE {
                     p(
                         at(&format!(".metadata.{k}")),
@@ -718,7 +738,7 @@ impl SchemaSpec {
             }
             let needs: &[(&str, &str)] = match c.as_str() {
                 "tombstones" => &[("content_type", "Utf8")],
-                "supersession" => &[("supersedes_id", "Utf8")],
+                "supersession" => &[("supersedes_id", "Utf8"), ("superseded_by_id", "Utf8")],
                 "lifecycle" => &[
                     ("expires_at", "Timestamp"),
                     ("lifecycle_status", "Utf8"),
@@ -801,6 +821,33 @@ impl SchemaSpec {
             }
             if q.filter.trim().is_empty() {
                 p(at(".filter"), "a query needs a filter".into());
+            }
+            if q.filter
+                .chars()
+                .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            {
+                p(
+                    at(".filter"),
+                    "the filter contains control characters".into(),
+                );
+            }
+            if q.description.chars().any(char::is_control) {
+                p(
+                    at(".description"),
+                    "the description contains control characters".into(),
+                );
+            }
+            for param in &q.params {
+                if param.is_empty() || !param.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    p(
+                        at(".params"),
+                        format!(
+                            "'{}': a parameter is letters, digits and '_'",
+                            param.escape_default()
+                        ),
+                    );
+                }
             }
             for (j, o) in q.order_by.iter().enumerate() {
                 let mut parts = o.split_whitespace();
@@ -938,6 +985,31 @@ fn type_text(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Names inside a nested type (struct fields, list items) are printable.
+fn nested_names(t: &DataType) -> Result<(), String> {
+    let check = |name: &str| {
+        if name.chars().any(char::is_control) || name.len() > MAX_NAME_BYTES {
+            Err(format!(
+                "the nested field name '{}' is not printable text of at most {MAX_NAME_BYTES} bytes",
+                name.escape_default()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            check(f.name())?;
+            nested_names(f.data_type())
+        }
+        DataType::Struct(fields) => fields.iter().try_for_each(|f| {
+            check(f.name())?;
+            nested_names(f.data_type())
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Nesting depth of a type (a primitive is 1).
 fn depth(t: &DataType) -> usize {
     match t {
@@ -955,7 +1027,12 @@ fn depth(t: &DataType) -> usize {
     }
 }
 
-/// Bytes one value's fixed-width parts take (what a null of the type costs).
+/// Bytes one value's fixed-width parts take: what a null of the type costs
+/// (a column of `n` nulls allocates about `n` times this).
+pub fn fixed_width_bytes(t: &DataType) -> u128 {
+    fixed_bytes(t)
+}
+
 fn fixed_bytes(t: &DataType) -> u128 {
     match t {
         DataType::FixedSizeList(f, n) => (*n).max(0) as u128 * fixed_bytes(f.data_type()),
@@ -1172,7 +1249,7 @@ mod tests {
             ),
             (
                 "capability without its columns",
-                Box::new(|s| s.capabilities = vec!["supersession".into()]),
+                Box::new(|s| s.capabilities = vec!["tombstones".into()]),
                 "capabilities[0]",
             ),
             (

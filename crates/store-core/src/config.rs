@@ -37,6 +37,8 @@ pub struct StoreConfig {
     /// Record semantics the schema opts into (tombstones, supersession,
     /// lifecycle, unique keys). None by default.
     pub capabilities: RecordCapabilities,
+    /// Which old versions of the base table maintenance keeps.
+    pub retention: RetentionSettings,
 }
 
 impl std::fmt::Debug for StoreConfig {
@@ -55,6 +57,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("compaction", &self.compaction)
             .field("indexes", &self.indexes)
             .field("capabilities", &self.capabilities)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -74,7 +77,14 @@ impl StoreConfig {
             compaction: CompactionSettings::default(),
             indexes: IndexSettings::default(),
             capabilities: RecordCapabilities::default(),
+            retention: RetentionSettings::default(),
         }
+    }
+
+    /// Set the version retention.
+    pub fn with_retention(mut self, retention: RetentionSettings) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Set the record capabilities.
@@ -177,7 +187,9 @@ pub struct WriterSettings {
     /// default is 100 ms; ours is 5 ms. Must be > 0.
     pub wal_flush_interval: Duration,
     /// Largest number of rows one memtable holds. An add with more rows is
-    /// written as several puts (still one visibility commit).
+    /// written as several puts; a reader may see a prefix of such an add
+    /// before it returns (a full memtable is flushed as it fills), and a crash
+    /// part-way can leave a prefix durable.
     pub max_memtable_rows: usize,
     /// Bytes of unflushed memtables before writes are held back.
     pub max_unflushed_bytes: usize,
@@ -205,8 +217,15 @@ pub struct MergeSettings {
     /// Merge every this often in the background. `None` = no time trigger.
     pub interval: Option<Duration>,
     /// How long merged generations and replayed WAL entries are kept after the
-    /// merge, for readers still holding an older snapshot.
+    /// merge, for readers still holding an older snapshot: set it above the
+    /// longest read. Must be greater than zero (zero would delete what a
+    /// running read is about to open). Measured from the merge's commit, as
+    /// recorded beside the dataset, so any process's maintenance honours it.
     pub cleanup_grace: Duration,
+    /// Unmerged generations of this instance's shard beyond which `add`
+    /// answers `Busy` instead of writing (merges are failing or cannot keep
+    /// up, and every read opens every unmerged generation). `None`: no bound.
+    pub max_unmerged_generations: Option<usize>,
 }
 
 impl Default for MergeSettings {
@@ -216,6 +235,32 @@ impl Default for MergeSettings {
             generation_threshold: Some(16),
             interval: Some(Duration::from_secs(30)),
             cleanup_grace: Duration::from_secs(60),
+            max_unmerged_generations: Some(256),
+        }
+    }
+}
+
+/// Which old versions of the base table maintenance (merge, compaction)
+/// removes: a version goes when it is neither among the newest
+/// `keep_versions` nor younger than `keep_for`. Defaults: 10 versions, 15
+/// minutes. Old versions serve time travel and readers holding an older
+/// snapshot; every kept version keeps the data files it references.
+#[derive(Debug, Clone)]
+pub struct RetentionSettings {
+    /// The newest versions always kept (at least 1).
+    pub keep_versions: usize,
+    /// Versions younger than this are kept.
+    pub keep_for: Duration,
+    /// Maintenance applies the policy at most this often per store handle.
+    pub interval: Duration,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            keep_versions: 10,
+            keep_for: Duration::from_secs(15 * 60),
+            interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -305,6 +350,10 @@ pub struct IndexSettings {
     pub key_index: KeyIndex,
     /// Vector columns, indexed on request.
     pub vector_columns: Vec<VectorColumn>,
+    /// A BTree index on the records' secondary key (`<column>_idx`), kept like
+    /// the key index, so uniqueness and upsert checks are lookups, not scans.
+    /// Set from [`RecordCapabilities::secondary_key`] when not given.
+    pub secondary_key_index: Option<String>,
 }
 
 /// Record semantics a schema opts into, applied by the engine for any schema

@@ -20,10 +20,13 @@ use tokio::sync::{Mutex, Notify, RwLock};
 use uuid::Uuid;
 
 use crate::config::{
-    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, VectorIndexKind,
+    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, RetentionSettings,
+    VectorIndexKind, WriterSettings,
 };
 use crate::dataset::{Opener, ensure_mem_wal};
 use crate::error::{Error, LanceResultExt, Result};
+#[cfg(feature = "failpoints")]
+use crate::merge::MergeHook;
 use crate::merge::{MergeContext, MergeFailpoint, MergeState, MergeStats, merge_shard};
 use crate::read::{ReadView, shard_snapshots};
 use crate::writer::Writer;
@@ -34,6 +37,8 @@ pub(crate) struct Settings {
     pub merge: MergeSettings,
     pub compaction: CompactionSettings,
     pub indexes: IndexSettings,
+    pub retention: RetentionSettings,
+    pub writer: WriterSettings,
 }
 
 /// Compaction bookkeeping.
@@ -55,6 +60,8 @@ pub struct CompactionStats {
     pub files_removed: usize,
     /// Data files added.
     pub files_added: usize,
+    /// Old versions removed by the retention policy afterwards.
+    pub versions_removed: u64,
 }
 
 /// One index, as operators see it.
@@ -96,6 +103,15 @@ pub struct StoreStats {
     pub compactions: u64,
     /// The last error of a background merge or compaction, if any.
     pub last_background_error: Option<String>,
+    /// Versions of the base table kept (see the retention settings).
+    pub versions: usize,
+    /// Bytes of every object under the store's location: base table, indexes,
+    /// old versions, WAL, generations.
+    pub bytes_on_disk: u64,
+    /// Rows (as flushed, duplicates included) in unmerged generations.
+    pub unmerged_rows: u64,
+    /// Bytes (as the writer measured them) of unmerged generations.
+    pub unmerged_bytes: u64,
 }
 
 pub(crate) struct Engine {
@@ -111,6 +127,8 @@ pub(crate) struct Engine {
     /// Wakes the background task after an add (count trigger).
     pub kick: Notify,
     pub last_background_error: std::sync::Mutex<Option<String>>,
+    /// When this handle last applied the retention policy.
+    pub last_retention: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -166,14 +184,17 @@ impl Engine {
         Ok(dataset)
     }
 
-    /// Merge this instance's shard into the base table (see [`crate::merge`]).
-    pub async fn merge(&self, fail_at: Option<MergeFailpoint>) -> Result<MergeStats> {
-        let writer = self.writer()?;
-        let dataset = self.fresh_dataset().await?;
-        let stats = merge_shard(MergeContext {
+    fn merge_context<'a>(
+        &'a self,
+        dataset: Arc<Dataset>,
+        shard: Uuid,
+        writer: Option<&'a Writer>,
+        fail_at: Option<MergeFailpoint>,
+    ) -> MergeContext<'a> {
+        MergeContext {
             dataset,
             key: &self.key,
-            shard: self.shard,
+            shard,
             writer,
             settings: &self.settings.merge,
             store_params: self.opener.store_params(),
@@ -181,13 +202,118 @@ impl Engine {
             generations: self.generations.clone(),
             state: &self.merge_state,
             fail_at,
-        })
-        .await?;
+            #[cfg(feature = "failpoints")]
+            hook: None,
+        }
+    }
+
+    /// Merge this instance's shard into the base table (see [`crate::merge`]),
+    /// then extend the indexes and apply the retention policy. A fenced
+    /// handle does not merge.
+    pub async fn merge(
+        &self,
+        fail_at: Option<MergeFailpoint>,
+        #[cfg(feature = "failpoints")] hook: Option<MergeHook>,
+    ) -> Result<MergeStats> {
+        let writer = self.writer()?;
+        writer.check_latch()?;
+        let dataset = self.fresh_dataset().await?;
+        #[allow(unused_mut)]
+        let mut ctx = self.merge_context(dataset, self.shard, Some(writer), fail_at);
+        #[cfg(feature = "failpoints")]
+        {
+            ctx.hook = hook;
+        }
+        let mut stats = merge_shard(ctx).await?;
         if stats.generations_merged > 0 {
             // New base fragments: bring the indexes over them.
             self.refresh_indexes().await?;
         }
+        stats.versions_removed = self.retain(false).await?;
         Ok(stats)
+    }
+
+    /// The single-writer takeover (see [`crate::ShardPolicy::SingleWriter`]):
+    /// claim every other shard (fencing a writer still on it, replaying and
+    /// flushing its WAL tail), then merge it, so that nothing written through
+    /// another shard is left unmerged when this one writes.
+    pub async fn take_over_other_shards(&self, dataset: &Dataset) -> Result<()> {
+        for view in shard_snapshots(dataset).await? {
+            let other = view.snapshot.shard_id;
+            if other == self.shard {
+                continue;
+            }
+            let conflict = |e: Error| {
+                tracing::warn!(shard = %other, "taking over a shard failed: {e}");
+                Error::ShardConflict {
+                    ours: self.shard,
+                    other,
+                    generations: view.unmerged,
+                }
+            };
+            let claimed = Writer::open(dataset, other, self.settings.writer.clone())
+                .await
+                .map_err(conflict)?;
+            claimed.close().await.map_err(conflict)?;
+            let fresh = Arc::new(self.opener.open().await?);
+            merge_shard(self.merge_context(fresh, other, None, None))
+                .await
+                .map_err(conflict)?;
+        }
+        Ok(())
+    }
+
+    /// Apply the retention policy (at most once per its interval unless
+    /// `now`); the versions removed.
+    pub async fn retain(&self, now: bool) -> Result<u64> {
+        {
+            let mut last = self
+                .last_retention
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if !now && last.is_some_and(|t| t.elapsed() < self.settings.retention.interval) {
+                return Ok(0);
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let dataset = self.fresh_dataset().await?;
+        crate::cleanup::apply_retention(&dataset, &self.settings.retention).await
+    }
+
+    /// `Busy` when this shard has more unmerged generations than
+    /// `merge.max_unmerged_generations` (merges failing or falling behind).
+    /// Counted from the writer's own manifest against the cached marker; the
+    /// marker is re-read only near the bound.
+    pub async fn check_backpressure(&self) -> Result<()> {
+        let Some(bound) = self.settings.merge.max_unmerged_generations else {
+            return Ok(());
+        };
+        let writer = self.writer()?;
+        let listed = writer.listed_generations().await?;
+        let unmerged = |marker: Option<u64>| {
+            listed
+                .iter()
+                .filter(|g| marker.is_none_or(|m| **g > m))
+                .count()
+        };
+        let cached = self.dataset.read().await.clone();
+        let marker = crate::merge::recorded_marker(&cached, self.shard).await?;
+        if unmerged(marker) < bound {
+            return Ok(());
+        }
+        let fresh = self.fresh_dataset().await?;
+        let marker = crate::merge::recorded_marker(&fresh, self.shard).await?;
+        let pending = unmerged(marker);
+        if pending >= bound {
+            self.kick.notify_one();
+            return Err(Error::Busy {
+                message: format!(
+                    "{pending} generations are waiting to be merged (the bound is {bound}); \
+                     merges are failing or falling behind — see stats().last_background_error"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Unmerged generations of this instance's shard.
@@ -243,7 +369,9 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
         self.compaction_state.total.fetch_add(1, Ordering::SeqCst);
+        let versions_removed = self.retain(false).await?;
         Ok(CompactionStats {
+            versions_removed,
             fragments_removed: metrics.fragments_removed,
             fragments_added: metrics.fragments_added,
             files_removed: metrics.files_removed,
@@ -251,36 +379,47 @@ impl Engine {
         })
     }
 
-    fn key_index_name(&self) -> String {
-        format!("{}_idx", self.key)
-    }
-
-    /// Create the key column's index if it is configured and missing. A table
-    /// with no rows yet gets it on the first merge.
+    /// Create the key column's index (and the secondary key's) if configured
+    /// and missing. A table with no rows yet gets them on the first merge.
     pub async fn ensure_key_index(&self) -> Result<()> {
-        let (index_type, params) = match self.settings.indexes.key_index {
-            KeyIndex::None => return Ok(()),
-            KeyIndex::BTree => (IndexType::BTree, ScalarIndexParams::default()),
-            KeyIndex::ZoneMap => (
+        let key = match self.settings.indexes.key_index {
+            KeyIndex::None => None,
+            KeyIndex::BTree => Some((IndexType::BTree, ScalarIndexParams::default())),
+            KeyIndex::ZoneMap => Some((
                 IndexType::ZoneMap,
                 ScalarIndexParams::new("zonemap".to_string()),
-            ),
+            )),
         };
-        let dataset = self.fresh_dataset().await?;
-        let name = self.key_index_name();
-        let existing = dataset
-            .load_indices_by_name(&name)
-            .await
-            .ctx("listing indexes")?;
-        if !existing.is_empty() || dataset.count_rows(None).await.ctx("counting rows")? == 0 {
-            return Ok(());
+        let mut wanted: Vec<(String, IndexType, ScalarIndexParams)> = Vec::new();
+        if let Some((kind, params)) = key {
+            wanted.push((self.key.clone(), kind, params));
         }
-        let mut dataset = dataset.as_ref().clone();
-        dataset
-            .create_index(&[self.key.as_str()], index_type, Some(name), &params, false)
-            .await
-            .map_err(|e| Error::from_lance("creating the key index", None, e))?;
-        self.publish(Arc::new(dataset)).await;
+        if let Some(column) = &self.settings.indexes.secondary_key_index {
+            wanted.push((
+                column.clone(),
+                IndexType::BTree,
+                ScalarIndexParams::default(),
+            ));
+        }
+        for (column, kind, params) in wanted {
+            let dataset = self.fresh_dataset().await?;
+            let name = format!("{column}_idx");
+            let existing = dataset
+                .load_indices_by_name(&name)
+                .await
+                .ctx("listing indexes")?;
+            if !existing.is_empty() || dataset.count_rows(None).await.ctx("counting rows")? == 0 {
+                continue;
+            }
+            let mut dataset = dataset.as_ref().clone();
+            dataset
+                .create_index(&[column.as_str()], kind, Some(name), &params, false)
+                .await
+                .map_err(|e| {
+                    Error::from_lance(format!("creating the index on {column}"), None, e)
+                })?;
+            self.publish(Arc::new(dataset)).await;
+        }
         Ok(())
     }
 
@@ -366,7 +505,21 @@ impl Engine {
             .filter(|f| f.physical_rows.unwrap_or(0) < target)
             .count();
         let shards = shard_snapshots(&dataset).await?;
+        let versions = dataset.versions().await.ctx("listing versions")?.len();
+        let store = dataset
+            .object_store(None)
+            .await
+            .ctx("opening the object store")?;
+        let mut bytes_on_disk = 0u64;
+        let mut listing = store.list(Some(dataset.branch_location().path));
+        while let Some(meta) = futures::StreamExt::next(&mut listing).await {
+            bytes_on_disk += meta.ctx("listing the store's objects")?.size;
+        }
         Ok(StoreStats {
+            versions,
+            bytes_on_disk,
+            unmerged_rows: shards.iter().map(|s| s.unmerged_rows).sum(),
+            unmerged_bytes: shards.iter().map(|s| s.unmerged_bytes).sum(),
             version: dataset.version().version,
             rows_in_base: dataset.count_rows(None).await.ctx("counting rows")? as u64,
             fragments: fragments.len(),
@@ -541,13 +694,23 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
     let mut merge_tick = ticker(engine.settings.merge.interval);
     let mut compact_tick = ticker(engine.settings.compaction.interval);
     loop {
+        // A fenced handle's shard belongs to another writer: its background
+        // maintenance stops (a reclaim or reopen starts a new one).
+        if engine
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.check_latch().is_err())
+        {
+            tracing::info!(shard = %engine.shard, "the writer was fenced; background maintenance stops");
+            break;
+        }
         tokio::select! {
             _ = stop.notified() => break,
             _ = engine.kick.notified() => {
                 let Some(threshold) = engine.settings.merge.generation_threshold else { continue };
                 let result = async {
                     if engine.own_pending_generations().await? >= threshold {
-                        engine.merge(None).await?;
+                        engine.merge(None, #[cfg(feature = "failpoints")] None).await?;
                     }
                     Ok(())
                 }.await;
@@ -556,7 +719,7 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
             _ = tick(&mut merge_tick) => {
                 let result = async {
                     if engine.own_pending_generations().await? > 0 {
-                        engine.merge(None).await?;
+                        engine.merge(None, #[cfg(feature = "failpoints")] None).await?;
                     }
                     Ok(())
                 }.await;

@@ -106,6 +106,15 @@ pub enum BatchProblem {
         value: String,
         matches: usize,
     },
+    /// A row supersedes a record that is not current: absent, deleted, or
+    /// superseded already (by `superseded_by`) — e.g. a concurrent patch of
+    /// the same record won.
+    NotCurrent {
+        column: String,
+        row: usize,
+        value: String,
+        superseded_by: Option<String>,
+    },
 }
 
 impl BatchProblem {
@@ -125,7 +134,8 @@ impl BatchProblem {
             | Self::DuplicateInBatch { column, .. }
             | Self::AlreadyExists { column, .. }
             | Self::MissingSecondaryKey { column, .. }
-            | Self::Ambiguous { column, .. } => Some(column),
+            | Self::Ambiguous { column, .. }
+            | Self::NotCurrent { column, .. } => Some(column),
         }
     }
 
@@ -140,7 +150,8 @@ impl BatchProblem {
             | Self::DuplicateInBatch { row, .. }
             | Self::AlreadyExists { row, .. }
             | Self::MissingSecondaryKey { row, .. }
-            | Self::Ambiguous { row, .. } => Some(*row),
+            | Self::Ambiguous { row, .. }
+            | Self::NotCurrent { row, .. } => Some(*row),
             _ => None,
         }
     }
@@ -204,6 +215,18 @@ impl fmt::Display for BatchProblem {
                 f,
                 "row {row}: {column} '{value}' matches {matches} visible records"
             ),
+            Self::NotCurrent {
+                column,
+                row,
+                value,
+                superseded_by,
+            } => match superseded_by {
+                Some(by) => write!(
+                    f,
+                    "row {row}: {column} '{value}' was superseded already (by '{by}')"
+                ),
+                None => write!(f, "row {row}: {column} '{value}' names no current record"),
+            },
         }
     }
 }
@@ -285,6 +308,13 @@ impl Error {
             Self::InvalidBatch {
                 problem: BatchProblem::AlreadyExists { .. },
             } => ErrorKind::AlreadyExists,
+            Self::InvalidBatch {
+                problem:
+                    BatchProblem::NotCurrent {
+                        superseded_by: Some(_),
+                        ..
+                    },
+            } => ErrorKind::Conflict,
             Self::InvalidBatch { .. } | Self::InvalidArgument { .. } => ErrorKind::InvalidInput,
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,

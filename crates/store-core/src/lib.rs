@@ -77,6 +77,7 @@
 //! storage options; Lance hands the same object-store parameters to every
 //! generation it opens.
 
+mod cleanup;
 mod config;
 mod conform;
 mod dataset;
@@ -91,16 +92,16 @@ mod writer;
 
 pub use config::{
     CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, RecordCapabilities,
-    ShardPolicy, StoreConfig, VectorColumn, VectorIndexKind, WriterSettings,
+    RetentionSettings, ShardPolicy, StoreConfig, VectorColumn, VectorIndexKind, WriterSettings,
 };
 pub use dataset::Location;
 pub use engine::{CompactionStats, IndexStats, StoreStats};
 pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
 pub use id::{generate_id, shard_id_for_instance};
-#[cfg(feature = "failpoints")]
-pub use merge::MergeFailpoint;
 pub use merge::MergeStats;
-pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility};
+#[cfg(feature = "failpoints")]
+pub use merge::{MergeFailpoint, MergeHook};
+pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility, check_plain_predicate};
 pub use records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
 pub use writer::AddOutcome;

@@ -1,60 +1,62 @@
-//! WAL → base merge for this instance's shard, and cleanup of what it merged.
+//! WAL → base merge of one shard.
 //!
-//! # Merge
-//! 1. From a fresh base snapshot, read the shard's "merged up to" marker
-//!    (`compacted_sstables` of the MemWAL index) and the shard's latest
-//!    manifest; the generations above the marker are the work.
-//! 2. **Deletes carry over.** Lance's LSM scanner drops tombstones, so a merge
-//!    built on it alone would resurrect deleted keys in the base. The tombstoned
-//!    keys are read from the raw generations; those whose newest version in the
-//!    merged range is still a tombstone (a point lookup over the range does not
-//!    return them) are deleted from the base.
-//! 3. **Streaming upsert.** The range is read through the LSM scanner (newest
-//!    version per key), and upserted into the base in passes of at most
-//!    `batch_budget_bytes` of rows held in memory — never the whole WAL.
-//! 4. **Atomic marker.** Only the last data-changing pass carries
-//!    `mark_sstables_as_compacted(shard, max generation)`, committed in the same
-//!    transaction as its data. A crash before it leaves the marker where it was:
-//!    the next merge redoes the range (upserts and deletes are idempotent), so
-//!    no row is lost or duplicated. The marker only ever increases: the range is
-//!    computed from the marker read in step 1.
+//! # The rule: every commit is a unit that is refused when stale
+//! Lance records, per shard, "merged up to generation N" in the MemWAL index
+//! (`compacted_sstables`), and refuses a commit whose marker is not strictly
+//! greater than the one recorded *at commit time* (checked against the latest
+//! version, on every commit attempt). A merge therefore commits in passes cut
+//! at generation boundaries, and **every pass carries its own marker** — the
+//! last generation it covers — in the same transaction as its data. Two
+//! handles merging one shard (a blue/green deploy, an operator's `merge`
+//! beside a service, a fenced writer whose merge is still running) can each
+//! commit only passes that move the marker forward: a pass computed from a
+//! range another handle has since merged past is refused as a whole, so it
+//! can neither overwrite a newer row nor delete a key re-added later.
 //!
-//! The writer keeps accepting adds during a merge; generations flushed after
-//! step 1 are left for the next merge.
+//! # A pass
+//! 1. The pass's generations (consecutive, above the marker, together within
+//!    `batch_budget_bytes` by the sizes the writer recorded; a generation
+//!    larger than the budget goes alone — its size is bounded by the writer's
+//!    memtable limits) are read through the LSM scanner without the base
+//!    table: the newest version of each key in the pass.
+//! 2. **Deletes carry over.** The scanner drops tombstones, so the tombstoned
+//!    keys are read from the raw generations; those without a live version in
+//!    the pass are deleted from the base table.
+//! 3. One merge-insert commits it all with the marker: upserts only
+//!    (`UpdateAll`/`InsertAll`, through the key index); deletes only
+//!    (`WhenMatched::Delete`, through the key index); or both at once
+//!    (`WhenNotMatchedBySource::DeleteIf(key IN …)`, which joins the whole base
+//!    table — generations are cut so that passes mix them only when one
+//!    generation holds both, i.e. a delete group-committed with adds).
 //!
-//! # Cleanup
-//! Lance removes neither merged generation directories nor replayed WAL files.
-//! Once a merged generation has been merged for at least `cleanup_grace`
-//! (readers holding an older base snapshot may still open it), the shard
-//! manifest is updated under the writer's epoch to drop it, then its directory
-//! and the WAL entries at or before the manifest's replay position are deleted.
-//! The grace is measured from when this process first saw the generation
-//! merged, so a restart only delays cleanup.
+//! A crash between passes leaves the marker after the last committed pass;
+//! the next merge continues from there (upserts and deletes are idempotent).
+//! A fenced writer's handle does not merge (and its background merges stop).
+//!
+//! Cleanup of what was merged is in the `cleanup` module.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{Schema, SchemaRef};
-use arrow_select::take::take_record_batch;
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::mem_wal::scanner::SsTableCache;
-use lance::dataset::mem_wal::util::{parse_bit_reversed_filename, shard_base_path};
 use lance::dataset::mem_wal::{
-    DatasetMemWalExt, LsmScanner, ShardSnapshot, TOMBSTONE, arrow_schema_with_field_ids,
+    DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot, TOMBSTONE,
+    arrow_schema_with_field_ids,
 };
-use lance::dataset::{MergeInsertBuilder, WhenMatched, WhenNotMatched};
+use lance::dataset::{MergeInsertBuilder, WhenMatched, WhenNotMatched, WhenNotMatchedBySource};
+use lance::deps::datafusion::logical_expr::{Expr, col, lit};
 use lance::io::ObjectStoreParams;
-use lance_index::mem_wal::CompactedSsTable;
+use lance_index::mem_wal::{CompactedSsTable, ShardManifest, SsTable};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
 use crate::config::MergeSettings;
 use crate::dataset::Opener;
 use crate::error::{Error, LanceResultExt, Result};
-use crate::read::key_filter;
 use crate::writer::Writer;
 
 /// What a merge did.
@@ -68,7 +70,7 @@ pub struct MergeStats {
     pub rows_upserted: u64,
     /// Keys deleted from the base.
     pub keys_deleted: u64,
-    /// Merge-insert commits made (the last one carries the marker).
+    /// Commits made, each carrying its own marker.
     pub passes: usize,
     /// Most bytes of rows the merge held in memory at once.
     pub peak_buffered_bytes: usize,
@@ -76,24 +78,49 @@ pub struct MergeStats {
     pub generations_removed: usize,
     /// WAL entry files removed by cleanup.
     pub wal_files_removed: usize,
+    /// Old shard manifest versions removed by cleanup.
+    pub manifest_versions_removed: usize,
+    /// Old base-table versions removed by the retention policy.
+    pub versions_removed: u64,
 }
 
-/// Per-store merge state: one merge at a time, and the cleanup clock.
+/// Per-store merge state: one merge at a time, and when the last one ended.
 #[derive(Debug, Default)]
 pub(crate) struct MergeState {
-    running: Mutex<()>,
-    /// When this process first saw each merged generation / WAL position.
-    first_seen_generation: std::sync::Mutex<HashMap<u64, Instant>>,
-    first_seen_wal: std::sync::Mutex<HashMap<u64, Instant>>,
+    pub running: Mutex<()>,
     pub last_merge: std::sync::Mutex<Option<std::time::SystemTime>>,
 }
+
+/// Where a test can make the merge stop, to simulate a crash there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeFailpoint {
+    /// Before the last pass commits (earlier passes, each with its own
+    /// marker, have committed).
+    BeforeCommit,
+    /// After the last pass committed, before cleanup.
+    AfterCommit,
+    /// After the owner's shard manifest dropped merged generations, before
+    /// their files are deleted.
+    DuringCleanup,
+}
+
+/// A pause a test can put before each pass's commit (failpoints feature):
+/// called with the pass's first and last generation, awaited before the commit.
+#[cfg(feature = "failpoints")]
+pub type MergeHook = Arc<
+    dyn Fn(u64, u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Everything the merge needs from the store.
 pub(crate) struct MergeContext<'a> {
     pub dataset: Arc<Dataset>,
     pub key: &'a str,
     pub shard: Uuid,
-    pub writer: &'a Writer,
+    /// The shard's writer when this handle owns it (then cleanup also prunes
+    /// the shard manifest's list of merged generations).
+    pub writer: Option<&'a Writer>,
     pub settings: &'a MergeSettings,
     pub store_params: ObjectStoreParams,
     pub opener: &'a Opener,
@@ -101,445 +128,319 @@ pub(crate) struct MergeContext<'a> {
     pub state: &'a MergeState,
     /// Failpoint for crash tests: stop (with an error) at this step.
     pub fail_at: Option<MergeFailpoint>,
+    #[cfg(feature = "failpoints")]
+    pub hook: Option<MergeHook>,
 }
 
-/// Where a test can make the merge stop, to simulate a crash there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergeFailpoint {
-    /// After the data passes that carry no marker, before the final commit.
-    BeforeCommit,
-    /// After the commit that records the marker, before cleanup.
-    AfterCommit,
-    /// After the shard manifest dropped merged generations, before their files
-    /// are deleted.
-    DuringCleanup,
-}
-
-fn failpoint(ctx: &MergeContext<'_>, at: MergeFailpoint) -> Result<()> {
-    if ctx.fail_at == Some(at) {
-        return Err(Error::internal(format!("merge failpoint {at:?}")));
+impl MergeContext<'_> {
+    pub(crate) fn failpoint(&self, at: MergeFailpoint) -> Result<()> {
+        if self.fail_at == Some(at) {
+            return Err(Error::internal(format!("merge failpoint {at:?}")));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
-pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
-    let _one_at_a_time = ctx.state.running.lock().await;
-    let mut stats = MergeStats::default();
-    let dataset = ctx.dataset.clone();
+/// The shard's marker recorded in `dataset`.
+pub(crate) async fn recorded_marker(dataset: &Dataset, shard: Uuid) -> Result<Option<u64>> {
     let details = dataset
         .mem_wal_index_details()
         .await
         .ctx("reading the MemWAL index")?
         .ok_or_else(|| Error::internal("the dataset has no MemWAL index"))?;
-    let marker = details
+    Ok(details
         .compacted_sstables
         .iter()
-        .find(|c| c.shard_id == ctx.shard)
-        .map(|c| c.generation);
-    let (_, _, manifest) = ctx.writer.manifest_access().await?;
-    let mut pending: Vec<(u64, String)> = manifest
+        .find(|c| c.shard_id == shard)
+        .map(|c| c.generation))
+}
+
+/// The shard's latest manifest, read from storage (never a cached position).
+pub(crate) async fn latest_manifest(
+    dataset: &Dataset,
+    shard: Uuid,
+) -> Result<Option<ShardManifest>> {
+    let store = dataset
+        .object_store(None)
+        .await
+        .ctx("opening the object store")?;
+    ShardManifestStore::new(store, &dataset.branch_location().path, shard, 2)
+        .latest()
+        .await
+        .map_err(|e| Error::from_lance("reading the shard manifest", Some(shard), e))
+}
+
+/// What a generation holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Rows,
+    Deletes,
+    Both,
+}
+
+/// A pending generation: its manifest entry and what it holds.
+#[derive(Debug, Clone)]
+struct Pending {
+    sstable: SsTable,
+    kind: Kind,
+}
+
+pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
+    let _one_at_a_time = ctx.state.running.lock().await;
+    if let Some(writer) = ctx.writer {
+        // A fenced handle does not merge: its shard belongs to another.
+        writer.check_latch()?;
+    }
+    let mut stats = MergeStats::default();
+    let mut dataset = ctx.dataset.clone();
+    let marker = recorded_marker(&dataset, ctx.shard).await?;
+    stats.merged_up_to = marker;
+    let manifest = latest_manifest(&dataset, ctx.shard).await?;
+    let mut sstables: Vec<SsTable> = manifest
         .as_ref()
         .map(|m| {
             m.sstables
                 .iter()
                 .filter(|s| marker.is_none_or(|g| s.generation > g))
-                .map(|s| (s.generation, s.path.clone()))
+                .cloned()
                 .collect()
         })
         .unwrap_or_default();
-    pending.sort();
-    stats.merged_up_to = marker;
-
-    if let Some(&(max_generation, _)) = pending.last() {
-        let mut snapshot = ShardSnapshot::new(ctx.shard);
-        if let Some(m) = &manifest {
-            snapshot = snapshot
-                .with_spec_id(m.shard_spec_id)
-                .with_current_generation(m.current_generation);
+    sstables.sort_by_key(|s| s.generation);
+    let mut pending = Vec::with_capacity(sstables.len());
+    for sstable in sstables {
+        let kind = generation_kind(&ctx, &dataset, &sstable).await?;
+        pending.push(Pending { sstable, kind });
+    }
+    let passes = cut_passes(&pending, ctx.settings.batch_budget_bytes.max(1));
+    let last = passes.len().saturating_sub(1);
+    for (i, pass) in passes.iter().enumerate() {
+        if i == last {
+            ctx.failpoint(MergeFailpoint::BeforeCommit)?;
         }
-        for (generation, path) in &pending {
-            snapshot = snapshot.with_sstable(*generation, path.clone());
-        }
-        let merged = fold_range(
-            &ctx,
-            &dataset,
-            snapshot,
-            &pending,
-            max_generation,
-            &mut stats,
-        )
-        .await?;
-        stats.generations_merged = pending.len();
-        stats.merged_up_to = Some(max_generation);
-        drop(merged);
+        dataset = merge_pass(&ctx, dataset, pass, manifest.as_ref(), &mut stats).await?;
+        stats.generations_merged += pass.len();
+        stats.merged_up_to = pass.last().map(|p| p.sstable.generation);
+    }
+    if !passes.is_empty() {
         *ctx.state
             .last_merge
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(std::time::SystemTime::now());
-        failpoint(&ctx, MergeFailpoint::AfterCommit)?;
+        ctx.failpoint(MergeFailpoint::AfterCommit)?;
     }
-    if let Some(up_to) = stats.merged_up_to {
-        cleanup(&ctx, &dataset, up_to, &mut stats).await?;
-    }
+    crate::cleanup::cleanup_shard(&ctx, &dataset, stats.merged_up_to, &mut stats).await?;
     Ok(stats)
 }
 
-/// Deletes, then upsert passes; the last commit carries the marker.
-async fn fold_range(
+/// Whether a generation holds live rows, tombstones, or both.
+async fn generation_kind(ctx: &MergeContext<'_>, dataset: &Dataset, s: &SsTable) -> Result<Kind> {
+    let generation = ctx
+        .opener
+        .open_generation(dataset, &ctx.shard, &s.path)
+        .await?;
+    if generation.schema().field(TOMBSTONE).is_none() {
+        return Ok(Kind::Rows);
+    }
+    let total = generation.count_rows(None).await.ctx("counting rows")?;
+    let tombstones = generation
+        .count_rows(Some(TOMBSTONE.to_string()))
+        .await
+        .ctx("counting tombstones")?;
+    Ok(match (tombstones, total - tombstones) {
+        (0, _) => Kind::Rows,
+        (_, 0) => Kind::Deletes,
+        _ => Kind::Both,
+    })
+}
+
+/// Consecutive generations of one kind within the budget (at least one).
+fn cut_passes(pending: &[Pending], budget: usize) -> Vec<Vec<Pending>> {
+    let mut passes: Vec<Vec<Pending>> = Vec::new();
+    let mut bytes = 0usize;
+    for p in pending {
+        let size = p.sstable.in_memory_bytes.unwrap_or(0) as usize;
+        let fits = passes
+            .last()
+            .is_some_and(|pass| pass[0].kind == p.kind && bytes.saturating_add(size) <= budget);
+        if fits {
+            bytes += size;
+            passes.last_mut().expect("a pass").push(p.clone());
+        } else {
+            bytes = size;
+            passes.push(vec![p.clone()]);
+        }
+    }
+    passes
+}
+
+/// Read a pass, then commit it as one merge-insert carrying its marker.
+async fn merge_pass(
     ctx: &MergeContext<'_>,
-    dataset: &Arc<Dataset>,
-    snapshot: ShardSnapshot,
-    pending: &[(u64, String)],
-    max_generation: u64,
+    dataset: Arc<Dataset>,
+    pass: &[Pending],
+    manifest: Option<&ShardManifest>,
     stats: &mut MergeStats,
 ) -> Result<Arc<Dataset>> {
+    let first = pass[0].sstable.generation;
+    let last = pass[pass.len() - 1].sstable.generation;
+    // Someone merged past this pass already: stop before doing the work.
+    let latest = ctx.opener.refresh(&dataset).await?;
+    if let Some(recorded) = recorded_marker(&latest, ctx.shard).await?
+        && recorded >= first
+    {
+        return Err(stale(ctx.shard, first, recorded));
+    }
+    let mut snapshot = ShardSnapshot::new(ctx.shard);
+    if let Some(m) = manifest {
+        snapshot = snapshot
+            .with_spec_id(m.shard_spec_id)
+            .with_current_generation(m.current_generation);
+    }
+    for p in pass {
+        snapshot = snapshot.with_sstable(p.sstable.generation, p.sstable.path.clone());
+    }
     let schema: SchemaRef = Arc::new(Schema::from(dataset.schema()));
     let identity: SchemaRef = Arc::new(arrow_schema_with_field_ids(dataset.schema()));
-    let scanner = || {
-        LsmScanner::without_base_table(
-            schema.clone(),
-            dataset.uri().to_string(),
-            vec![snapshot.clone()],
-            vec![ctx.key.to_string()],
-        )
-        .with_identity_schema(identity.clone())
-        .with_store_params(ctx.store_params.clone())
-        .with_session(dataset.session())
-        .with_sstable_cache(ctx.generations.clone())
-    };
-    let marker = vec![CompactedSsTable::new(ctx.shard, max_generation)];
+    let rows: Vec<RecordBatch> = LsmScanner::without_base_table(
+        schema,
+        dataset.uri().to_string(),
+        vec![snapshot],
+        vec![ctx.key.to_string()],
+    )
+    .with_identity_schema(identity)
+    .with_store_params(ctx.store_params.clone())
+    .with_session(dataset.session())
+    .with_sstable_cache(ctx.generations.clone())
+    .try_into_stream()
+    .await
+    .ctx("reading the WAL range")?
+    .try_collect()
+    .await
+    .map_err(|e| Error::internal(format!("reading the WAL range: {e}")))?;
+    let rows: Vec<RecordBatch> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
+    let live: HashSet<String> = rows
+        .iter()
+        .filter_map(|b| b.column_by_name(ctx.key))
+        .filter_map(|c| c.as_any().downcast_ref::<StringArray>())
+        .flat_map(|a| a.iter().flatten().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let mut deletes: Vec<String> = Vec::new();
+    for p in pass.iter().filter(|p| p.kind != Kind::Rows) {
+        deletes.extend(tombstoned_keys(ctx, &dataset, &p.sstable).await?);
+    }
+    deletes.sort();
+    deletes.dedup();
+    deletes.retain(|k| !live.contains(k));
+    let held: usize = rows
+        .iter()
+        .map(RecordBatch::get_array_memory_size)
+        .sum::<usize>()
+        + deletes.iter().map(String::len).sum::<usize>();
+    stats.peak_buffered_bytes = stats.peak_buffered_bytes.max(held);
 
-    // Keys whose newest version in the range is a tombstone.
-    let tombstoned = tombstoned_keys(ctx, dataset, pending).await?;
-    let mut deleted: Vec<String> = Vec::new();
-    if !tombstoned.is_empty() {
-        let ids: Vec<&str> = tombstoned.iter().map(String::as_str).collect();
-        let alive: HashSet<String> = scanner()
-            .project(&[ctx.key])
-            .ctx("projecting the key")?
-            .filter_expr(key_filter(ctx.key, &ids))
-            .try_into_batch()
-            .await
-            .ctx("looking up tombstoned keys")?
-            .column_by_name(ctx.key)
-            .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
-            .map(|a| a.iter().flatten().map(str::to_string).collect())
-            .unwrap_or_default();
-        deleted = tombstoned
-            .into_iter()
-            .filter(|k| !alive.contains(k))
-            .collect();
-        deleted.sort();
+    #[cfg(feature = "failpoints")]
+    if let Some(hook) = &ctx.hook {
+        hook(first, last).await;
     }
-
-    // Read the range (newest per key) and cut it into passes within the budget.
-    let mut stream = scanner()
-        .try_into_stream()
-        .await
-        .ctx("reading the WAL range")?;
-    let budget = ctx.settings.batch_budget_bytes.max(1);
-    let mut current = dataset.clone();
-    let mut buffer: Vec<RecordBatch> = Vec::new();
-    let mut buffered = 0usize;
-    // A batch not yet fully taken, with its bytes per row measured before it
-    // was sliced (a slice reports its parent's whole buffers).
-    let mut pending_batch: Option<(RecordBatch, usize)> = None;
-    // Deletes go first, in their own pass without the marker, unless there is
-    // nothing else to commit (then they carry it).
-    let mut deletes_done = deleted.is_empty();
-    loop {
-        let (batch, per_row) = match pending_batch.take() {
-            Some(pending) => pending,
-            None => match stream
-                .try_next()
-                .await
-                .map_err(|e| Error::internal(format!("reading the WAL range: {e}")))?
-            {
-                None => break,
-                Some(b) if b.num_rows() == 0 => continue,
-                Some(b) => {
-                    let per_row = (b.get_array_memory_size() / b.num_rows()).max(1);
-                    (b, per_row)
-                }
-            },
-        };
-        let room = budget.saturating_sub(buffered);
-        let mut take = (room / per_row).clamp(1, batch.num_rows());
-        let (owned, size) = loop {
-            // `take` allocates compact buffers (a slice, or `concat` of one
-            // slice, would keep the scanner's whole batch alive).
-            let indices = UInt32Array::from_iter_values(0..take as u32);
-            let owned = take_record_batch(&batch, &indices)?;
-            let size = owned.get_array_memory_size();
-            if size <= room || take == 1 {
-                break (owned, size);
-            }
-            let scaled = (take as u128 * room as u128 / size as u128) as usize;
-            take = scaled.clamp(1, take - 1);
-        };
-        if size > room && !buffer.is_empty() {
-            // Not even one row fits next to what is held: commit it, then retry.
-            if !deletes_done {
-                current = delete_pass(ctx, &current, &deleted, None, stats).await?;
-                deletes_done = true;
-            }
-            current = upsert_pass(ctx, &current, std::mem::take(&mut buffer), None, stats).await?;
-            buffered = 0;
-            pending_batch = Some((batch, per_row));
-            continue;
-        }
-        // (A single row larger than the whole budget is taken alone.)
-        buffered += size;
-        stats.peak_buffered_bytes = stats.peak_buffered_bytes.max(buffered);
-        buffer.push(owned);
-        if take < batch.num_rows() {
-            pending_batch = Some((batch.slice(take, batch.num_rows() - take), per_row));
-        }
-    }
-    failpoint(ctx, MergeFailpoint::BeforeCommit)?;
-    if buffer.is_empty() {
-        // Nothing to upsert: the delete pass (possibly of zero keys' worth of
-        // matches) records the marker.
-        return delete_pass(ctx, &current, &deleted, Some(marker), stats).await;
-    }
-    if !deletes_done {
-        current = delete_pass(ctx, &current, &deleted, None, stats).await?;
-    }
-    upsert_pass(ctx, &current, buffer, Some(marker), stats).await
-}
-
-async fn upsert_pass(
-    ctx: &MergeContext<'_>,
-    dataset: &Arc<Dataset>,
-    batches: Vec<RecordBatch>,
-    marker: Option<Vec<CompactedSsTable>>,
-    stats: &mut MergeStats,
-) -> Result<Arc<Dataset>> {
-    let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+    let upserted: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
+    let marker = vec![CompactedSsTable::new(ctx.shard, last)];
     let mut builder = MergeInsertBuilder::try_new(dataset.clone(), vec![ctx.key.to_string()])
         .ctx("preparing the merge")?;
-    builder
-        .when_matched(WhenMatched::UpdateAll)
-        .when_not_matched(WhenNotMatched::InsertAll);
-    if let Some(marker) = marker {
-        builder.mark_sstables_as_compacted(marker);
-    }
-    let (merged, _) = builder
+    builder.mark_sstables_as_compacted(marker);
+    let source = if deletes.is_empty() {
+        builder
+            .when_matched(WhenMatched::UpdateAll)
+            .when_not_matched(WhenNotMatched::InsertAll);
+        rows
+    } else if rows.is_empty() {
+        builder
+            .when_matched(WhenMatched::Delete)
+            .when_not_matched(WhenNotMatched::DoNothing);
+        vec![key_batch(&dataset, ctx.key, &deletes)?]
+    } else {
+        let doomed: Vec<Expr> = deletes.iter().map(|k| lit(k.as_str())).collect();
+        builder
+            .when_matched(WhenMatched::UpdateAll)
+            .when_not_matched(WhenNotMatched::InsertAll)
+            .when_not_matched_by_source(WhenNotMatchedBySource::DeleteIf(
+                col(ctx.key).in_list(doomed, false),
+            ));
+        rows
+    };
+    let committed = builder
         .try_build()
         .ctx("preparing the merge")?
-        .execute_batches(batches)
-        .await
-        .ctx("merging WAL rows into the base table")?;
-    stats.rows_upserted += rows;
-    stats.passes += 1;
-    Ok(merged)
-}
-
-async fn delete_pass(
-    ctx: &MergeContext<'_>,
-    dataset: &Arc<Dataset>,
-    keys: &[String],
-    marker: Option<Vec<CompactedSsTable>>,
-    stats: &mut MergeStats,
-) -> Result<Arc<Dataset>> {
-    let key_field = dataset
-        .schema()
-        .field(ctx.key)
-        .ok_or_else(|| Error::internal("the base table lost its key column"))?;
-    let key_schema = Arc::new(Schema::new(vec![arrow_schema::Field::from(key_field)]));
-    let column: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
-    let batch = RecordBatch::try_new(key_schema, vec![column])?;
-    let mut builder = MergeInsertBuilder::try_new(dataset.clone(), vec![ctx.key.to_string()])
-        .ctx("preparing the delete pass")?;
-    builder
-        .when_matched(WhenMatched::Delete)
-        .when_not_matched(WhenNotMatched::DoNothing);
-    if let Some(marker) = marker {
-        builder.mark_sstables_as_compacted(marker);
-    }
-    let batches = if batch.num_rows() == 0 {
-        vec![]
-    } else {
-        vec![batch]
+        .execute_batches(source)
+        .await;
+    let (merged, merge_stats) = match committed {
+        Ok(done) => done,
+        Err(e) => {
+            // Refused because another handle merged past this pass (Lance
+            // checks the marker at commit), or failed for another reason.
+            let latest = ctx.opener.refresh(&dataset).await?;
+            if let Some(recorded) = recorded_marker(&latest, ctx.shard).await?
+                && recorded >= last
+            {
+                return Err(stale(ctx.shard, first, recorded));
+            }
+            return Err(Error::from_lance(
+                "merging WAL rows into the base table",
+                None,
+                e,
+            ));
+        }
     };
-    let (merged, merge_stats) = builder
-        .try_build()
-        .ctx("preparing the delete pass")?
-        .execute_batches(batches)
-        .await
-        .ctx("deleting merged tombstones from the base table")?;
+    stats.rows_upserted += upserted;
     stats.keys_deleted += merge_stats.num_deleted_rows;
     stats.passes += 1;
     Ok(merged)
 }
 
-/// Keys with a tombstone row in any generation of the range.
+fn stale(shard: Uuid, first: u64, recorded: u64) -> Error {
+    Error::Conflict {
+        message: format!(
+            "shard {shard}: generation {first} was merged by another handle meanwhile \
+             (marker at {recorded}); this merge stopped without committing it"
+        ),
+    }
+}
+
+/// A batch of the key column holding `keys`.
+fn key_batch(dataset: &Dataset, key: &str, keys: &[String]) -> Result<RecordBatch> {
+    let field = dataset
+        .schema()
+        .field(key)
+        .ok_or_else(|| Error::internal("the base table lost its key column"))?;
+    let schema = Arc::new(Schema::new(vec![arrow_schema::Field::from(field)]));
+    let column: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
+    Ok(RecordBatch::try_new(schema, vec![column])?)
+}
+
+/// Keys with a tombstone row in one generation.
 async fn tombstoned_keys(
     ctx: &MergeContext<'_>,
     dataset: &Dataset,
-    pending: &[(u64, String)],
-) -> Result<HashSet<String>> {
-    let mut keys = HashSet::new();
-    for (_, path) in pending {
-        let generation = ctx
-            .opener
-            .open_generation(dataset, &ctx.shard, path)
-            .await?;
-        if generation.schema().field(TOMBSTONE).is_none() {
-            continue;
-        }
-        let mut scan = generation.scan();
-        scan.project(&[ctx.key])
-            .ctx("projecting the key")?
-            .filter(TOMBSTONE)
-            .ctx("filtering tombstones")?;
-        let mut stream = scan.try_into_stream().await.ctx("reading tombstones")?;
-        while let Some(batch) = stream.try_next().await.ctx("reading tombstones")? {
-            if let Some(col) = batch
-                .column_by_name(ctx.key)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            {
-                keys.extend(col.iter().flatten().map(str::to_string));
-            }
+    sstable: &SsTable,
+) -> Result<Vec<String>> {
+    let generation = ctx
+        .opener
+        .open_generation(dataset, &ctx.shard, &sstable.path)
+        .await?;
+    let mut scan = generation.scan();
+    scan.project(&[ctx.key])
+        .ctx("projecting the key")?
+        .filter(TOMBSTONE)
+        .ctx("filtering tombstones")?;
+    let mut stream = scan.try_into_stream().await.ctx("reading tombstones")?;
+    let mut keys = Vec::new();
+    while let Some(batch) = stream.try_next().await.ctx("reading tombstones")? {
+        if let Some(col) = batch
+            .column_by_name(ctx.key)
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        {
+            keys.extend(col.iter().flatten().map(str::to_string));
         }
     }
     Ok(keys)
-}
-
-/// Drop merged generations from the shard manifest and delete their files (and
-/// replayed WAL entries) once they have been merged for the grace period.
-async fn cleanup(
-    ctx: &MergeContext<'_>,
-    dataset: &Dataset,
-    merged_up_to: u64,
-    stats: &mut MergeStats,
-) -> Result<()> {
-    let grace = ctx.settings.cleanup_grace;
-    let now = Instant::now();
-    let due = |seen: &mut HashMap<u64, Instant>, id: u64| -> bool {
-        let first = *seen.entry(id).or_insert(now);
-        now.duration_since(first) >= grace
-    };
-    let (manifest_store, epoch, manifest) = ctx.writer.manifest_access().await?;
-    let Some(manifest) = manifest else {
-        return Ok(());
-    };
-
-    // 1. The manifest stops listing merged generations that are due.
-    let droppable: HashSet<u64> = {
-        let mut seen = ctx
-            .state
-            .first_seen_generation
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        manifest
-            .sstables
-            .iter()
-            .filter(|s| s.generation <= merged_up_to)
-            .filter(|s| due(&mut seen, s.generation))
-            .map(|s| s.generation)
-            .collect()
-    };
-    let manifest = if droppable.is_empty() {
-        manifest
-    } else {
-        manifest_store
-            .commit_update(epoch, |current| {
-                let mut next = current.clone();
-                next.version = current.next_version();
-                next.sstables.retain(|s| !droppable.contains(&s.generation));
-                next
-            })
-            .await
-            .map_err(|e| Error::from_lance("dropping merged generations", Some(ctx.shard), e))?
-    };
-    failpoint(ctx, MergeFailpoint::DuringCleanup)?;
-
-    // 2. Directories of merged generations no longer listed, once due.
-    let store = dataset
-        .object_store(None)
-        .await
-        .ctx("opening the object store")?;
-    let shard_dir = shard_base_path(&dataset.branch_location().path, &ctx.shard);
-    let listed: HashSet<u64> = manifest.sstables.iter().map(|s| s.generation).collect();
-    let entries = store
-        .read_dir(shard_dir.clone())
-        .await
-        .ctx("listing the shard")?;
-    // Generations still on disk afterwards; the first-seen clock forgets the rest.
-    let mut remaining: HashSet<u64> = listed.clone();
-    for name in entries {
-        let Some(generation) = name
-            .rsplit_once("_gen_")
-            .and_then(|(_, n)| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        remaining.insert(generation);
-        if generation > merged_up_to || listed.contains(&generation) {
-            continue;
-        }
-        let is_due = {
-            let mut seen = ctx
-                .state
-                .first_seen_generation
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            due(&mut seen, generation)
-        };
-        if is_due {
-            store
-                .remove_dir_all(shard_dir.clone().join(name.as_str()))
-                .await
-                .ctx("removing a merged generation")?;
-            stats.generations_removed += 1;
-            remaining.remove(&generation);
-        }
-    }
-    ctx.state
-        .first_seen_generation
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|g, _| remaining.contains(g));
-
-    // 3. WAL entries already covered by flushed generations, once due.
-    let replayed_up_to = manifest.replay_after_wal_entry_position;
-    let wal_dir = shard_dir.clone().join("wal");
-    let wal_entries = match store.read_dir(wal_dir.clone()).await {
-        Ok(entries) => entries,
-        Err(e) if e.is_not_found() => Vec::new(),
-        Err(e) => return Err(Error::from_lance("listing the WAL", None, e)),
-    };
-    let mut remaining_wal: HashSet<u64> = HashSet::new();
-    for name in wal_entries {
-        let Some(position) = parse_bit_reversed_filename(&name) else {
-            continue;
-        };
-        if position == 0 || position > replayed_up_to {
-            continue;
-        }
-        remaining_wal.insert(position);
-        let is_due = {
-            let mut seen = ctx
-                .state
-                .first_seen_wal
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            due(&mut seen, position)
-        };
-        if is_due {
-            store
-                .delete(&wal_dir.clone().join(name.as_str()))
-                .await
-                .ctx("removing a replayed WAL entry")?;
-            stats.wal_files_removed += 1;
-            remaining_wal.remove(&position);
-        }
-    }
-    ctx.state
-        .first_seen_wal
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|p, _| remaining_wal.contains(p));
-    Ok(())
 }

@@ -27,7 +27,8 @@ use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 use lance::dataset::mem_wal::scanner::{DISTANCE_COLUMN, SsTableCache, parse_filter_expr};
 use lance::dataset::mem_wal::{
-    DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot, arrow_schema_with_field_ids,
+    DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot, TOMBSTONE,
+    arrow_schema_with_field_ids,
 };
 use lance::deps::datafusion;
 use lance_linalg::distance::DistanceType;
@@ -43,6 +44,11 @@ pub(crate) struct ShardView {
     pub snapshot: ShardSnapshot,
     /// Generations flushed but not merged into the base table.
     pub unmerged: usize,
+    /// Those generations: (generation, directory), oldest first.
+    pub sstables: Vec<(u64, String)>,
+    /// Their rows and bytes as the writer measured them (0 where unmeasured).
+    pub unmerged_rows: u64,
+    pub unmerged_bytes: u64,
 }
 
 /// The snapshots of every shard, with merged generations left out.
@@ -87,18 +93,106 @@ pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>>
             let mut snapshot = ShardSnapshot::new(shard_id)
                 .with_spec_id(manifest.shard_spec_id)
                 .with_current_generation(manifest.current_generation);
-            let mut unmerged = 0;
-            for sstable in &manifest.sstables {
-                if sstable.generation > merged_up_to {
-                    snapshot = snapshot.with_sstable(sstable.generation, sstable.path.clone());
-                    unmerged += 1;
-                }
+            let pending: Vec<_> = manifest
+                .sstables
+                .iter()
+                .filter(|s| s.generation > merged_up_to)
+                .collect();
+            let unmerged_rows = pending.iter().filter_map(|s| s.physical_rows).sum();
+            let unmerged_bytes = pending.iter().filter_map(|s| s.in_memory_bytes).sum();
+            let mut sstables: Vec<(u64, String)> = pending
+                .iter()
+                .map(|s| (s.generation, s.path.clone()))
+                .collect();
+            sstables.sort();
+            for (generation, path) in &sstables {
+                snapshot = snapshot.with_sstable(*generation, path.clone());
             }
-            Ok(Some(ShardView { snapshot, unmerged }))
+            Ok(Some(ShardView {
+                snapshot,
+                unmerged: sstables.len(),
+                sstables,
+                unmerged_rows,
+                unmerged_bytes,
+            }))
         }
     });
     let views = futures::future::try_join_all(reads).await?;
     Ok(views.into_iter().flatten().collect())
+}
+
+/// Every live key's newest version, counted without reading the base table's
+/// rows: its fragment metadata, plus the unmerged generations' keys that are
+/// new, minus those whose newest version is a tombstone of a base row.
+pub(crate) async fn count_all(
+    view: &ReadView,
+    key: &str,
+    opener: &crate::dataset::Opener,
+) -> Result<u64> {
+    let base = view.dataset.count_rows(None).await.ctx("counting rows")? as u64;
+    // Newest version per key in the unmerged tier: live or deleted.
+    let mut newest: HashMap<String, bool> = HashMap::new();
+    for shard in &view.shards {
+        for (_, path) in shard.sstables.iter().rev() {
+            let generation = opener
+                .open_generation(&view.dataset, &shard.snapshot.shard_id, path)
+                .await?;
+            let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
+            let mut columns = vec![key];
+            if has_tombstones {
+                columns.push(TOMBSTONE);
+            }
+            let mut scan = generation.scan();
+            scan.project(&columns).ctx("projecting the key")?;
+            let mut stream = scan.try_into_stream().await.ctx("reading a generation")?;
+            while let Some(batch) = stream.try_next().await.ctx("reading a generation")? {
+                let keys = batch
+                    .column_by_name(key)
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                    .ok_or_else(|| Error::internal("a generation lacks the key column"))?;
+                let deleted = batch
+                    .column_by_name(TOMBSTONE)
+                    .and_then(|c| c.as_any().downcast_ref::<arrow_array::BooleanArray>());
+                for row in 0..batch.num_rows() {
+                    if keys.is_null(row) {
+                        continue;
+                    }
+                    let live = !deleted.is_some_and(|d| d.is_valid(row) && d.value(row));
+                    newest.entry(keys.value(row).to_string()).or_insert(live);
+                }
+            }
+        }
+    }
+    if newest.is_empty() {
+        return Ok(base);
+    }
+    // Which of those keys the base table holds (through its key index).
+    let mut in_base: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let keys: Vec<&str> = newest.keys().map(String::as_str).collect();
+    for chunk in keys.chunks(1000) {
+        let mut scan = view.dataset.scan();
+        scan.project(&[key])
+            .ctx("projecting the key")?
+            .filter_expr(key_filter(key, chunk));
+        let mut stream = scan.try_into_stream().await.ctx("looking up keys")?;
+        while let Some(batch) = stream.try_next().await.ctx("looking up keys")? {
+            if let Some(col) = batch
+                .column_by_name(key)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            {
+                in_base.extend(col.iter().flatten().map(str::to_string));
+            }
+        }
+    }
+    let added = newest
+        .iter()
+        .filter(|(k, live)| **live && !in_base.contains(*k))
+        .count() as u64;
+    let removed = newest
+        .iter()
+        .filter(|(k, live)| !**live && in_base.contains(*k))
+        .count() as u64;
+    Ok((base + added).saturating_sub(removed))
 }
 
 /// A sort key for [`ScanRequest::order_by`].
@@ -297,11 +391,111 @@ pub(crate) fn check_filter_columns(schema: &arrow_schema::Schema, filter: &str) 
     }
 }
 
-/// Validate a request against the schemas and plan it.
+/// The caller's filter parsed on its own (checked against the schema), and
+/// the engine's visibility expression `hide` joined to it as an expression —
+/// never as text, so no filter string can reach past its own parentheses.
+pub(crate) fn combined_filter(
+    schemas: &Schemas,
+    filter: Option<&str>,
+    hide: Option<&Expr>,
+) -> Result<Option<Expr>> {
+    let user = match filter {
+        Some(filter) => {
+            check_filter_columns(&schemas.logical, filter)?;
+            Some(
+                parse_filter_expr(&schemas.stored, filter)
+                    .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?,
+            )
+        }
+        None => None,
+    };
+    Ok(match (user, hide) {
+        (Some(user), Some(hide)) => Some(user.and(hide.clone())),
+        (Some(user), None) => Some(user),
+        (None, hide) => hide.cloned(),
+    })
+}
+
+/// Check that `filter` is a plain predicate — columns, literals,
+/// comparisons, `AND`/`OR`/`NOT`, `IN`, `BETWEEN`, `LIKE`, `IS [NOT] NULL` —
+/// and nothing else: no function call, cast or subquery. Named queries
+/// declared by a plugin are held to this (a plugin must not make the host
+/// run arbitrary SQL, e.g. `repeat(id, 50000000)`); the error names what is
+/// not allowed.
+pub fn check_plain_predicate(filter: &str) -> std::result::Result<(), String> {
+    use lance::deps::datafusion::sql::sqlparser::ast::{
+        BinaryOperator, Expr as E, UnaryOperator, visit_expressions,
+    };
+    use lance::deps::datafusion::sql::sqlparser::dialect::GenericDialect;
+    use lance::deps::datafusion::sql::sqlparser::parser::Parser;
+    use std::ops::ControlFlow;
+
+    let expr = Parser::new(&GenericDialect {})
+        .try_with_sql(filter)
+        .and_then(|mut p| {
+            let e = p.parse_expr()?;
+            p.expect_token(&lance::deps::datafusion::sql::sqlparser::tokenizer::Token::EOF)?;
+            Ok(e)
+        })
+        .map_err(|e| format!("not a predicate: {e}"))?;
+    let mut refused = None;
+    let _ = visit_expressions(&expr, |e| {
+        let allowed = match e {
+            E::Identifier(_)
+            | E::CompoundIdentifier(_)
+            | E::Value(_)
+            | E::TypedString { .. }
+            | E::Nested(_)
+            | E::IsNull(_)
+            | E::IsNotNull(_)
+            | E::IsTrue(_)
+            | E::IsFalse(_)
+            | E::InList { .. }
+            | E::Between { .. }
+            | E::Like { .. }
+            | E::ILike { .. } => true,
+            E::UnaryOp { op, .. } => {
+                matches!(
+                    op,
+                    UnaryOperator::Not | UnaryOperator::Minus | UnaryOperator::Plus
+                )
+            }
+            E::BinaryOp { op, .. } => matches!(
+                op,
+                BinaryOperator::Eq
+                    | BinaryOperator::NotEq
+                    | BinaryOperator::Lt
+                    | BinaryOperator::LtEq
+                    | BinaryOperator::Gt
+                    | BinaryOperator::GtEq
+                    | BinaryOperator::And
+                    | BinaryOperator::Or
+            ),
+            _ => false,
+        };
+        if allowed {
+            ControlFlow::Continue(())
+        } else {
+            refused = Some(e.to_string());
+            ControlFlow::Break(())
+        }
+    });
+    match refused {
+        None => Ok(()),
+        Some(what) => Err(format!(
+            "`{what}` is not allowed in a named query's filter (columns, literals, comparisons, \
+             AND/OR/NOT, IN, BETWEEN, LIKE and IS NULL only)"
+        )),
+    }
+}
+
+/// Validate a request against the schemas and plan it; `hide` is the
+/// engine's visibility rule, joined to the caller's filter.
 pub(crate) async fn plan_scan(
     view: &ReadView,
     schemas: &Schemas,
     request: &ScanRequest,
+    hide: Option<&Expr>,
 ) -> Result<(Arc<dyn ExecutionPlan>, Option<Vec<String>>)> {
     // Columns the caller wants, checked against the logical schema.
     let wanted: Vec<String> = match &request.projection {
@@ -354,10 +548,7 @@ pub(crate) async fn plan_scan(
         .scanner(&schemas.key)
         .project(&read_cols)
         .map_err(|e| Error::from_lance("projecting", None, e))?;
-    if let Some(filter) = &request.filter {
-        check_filter_columns(&schemas.logical, filter)?;
-        let expr = parse_filter_expr(&schemas.stored, filter)
-            .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?;
+    if let Some(expr) = combined_filter(schemas, request.filter.as_deref(), hide)? {
         scanner = scanner.filter_expr(expr);
     }
     let to_i64 = |v: usize, what: &str| {
@@ -528,6 +719,7 @@ pub(crate) async fn nearest(
     declared: &VectorColumn,
     query: &VectorQuery,
     store_params: &lance::io::ObjectStoreParams,
+    hide: Option<&Expr>,
 ) -> Result<RecordBatch> {
     let metric = match declared.metric {
         Metric::L2 => DistanceType::L2,
@@ -540,14 +732,7 @@ pub(crate) async fn nearest(
     if query.k == 0 {
         return with_distance(RecordBatch::new_empty(out_schema), Vec::new());
     }
-    let filter = match &query.filter {
-        Some(f) => Some({
-            check_filter_columns(&schemas.logical, f)?;
-            parse_filter_expr(&schemas.stored, f)
-                .map_err(|e| Error::invalid_argument(format!("filter '{f}': {e}")))?
-        }),
-        None => None,
-    };
+    let filter = combined_filter(schemas, query.filter.as_deref(), hide)?;
     let columns = schemas.readable_columns();
 
     // Fresh tier, exactly.
@@ -603,9 +788,8 @@ pub(crate) async fn nearest(
     while base_rows > 0 && fetch > 0 {
         let mut scan = view.dataset.scan();
         scan.project(&columns).ctx("projecting")?;
-        if let Some(f) = &query.filter {
-            scan.filter(f)
-                .map_err(|e| Error::invalid_argument(format!("filter '{f}': {e}")))?;
+        if let Some(expr) = &filter {
+            scan.filter_expr(expr.clone());
             scan.prefilter(true);
         }
         let key = Float32Array::from(query.vector.clone());

@@ -3,7 +3,9 @@
 //! behaviour, made generic:
 //!
 //! - **Tombstones**: [`Store::tombstone`] / [`Store::tombstone_by_secondary_key`]
-//!   find the *visible* rows and append, for each, a row with the same key whose
+//!   find the rows a lookup by key would return (every non-deleted row, hidden
+//!   ones — expired, retired, superseded — included) and append, for each, a
+//!   row with the same key whose
 //!   `content_type` is [`TOMBSTONE_CONTENT_TYPE`] (newest wins, so the record
 //!   reads as gone); the tombstone keeps the row's non-nullable columns and its
 //!   secondary key, gets `lifecycle_status` "active" (lifecycle) and
@@ -13,9 +15,19 @@
 //! - **Visibility** (scans and counts; lookups by key only hide tombstones): a
 //!   row is shown unless it is a tombstone; or expired (`expires_at` ≤ now); or
 //!   retired — `lifecycle_status` other than active/contradicted (null reads as
-//!   active), or `retired_at` / `superseded_by_id` set; or superseded — some
-//!   row (hidden ones included) names it in `supersedes_id`. Each rule is
-//!   lifted by [`crate::Visibility`].
+//!   active), or `retired_at` set; or superseded — `superseded_by_id` set.
+//!   Every rule is a predicate on the row itself, so a read never scans the
+//!   table to decide what it hides; the rules are joined to the caller's
+//!   filter as an expression, never as text. Each rule is lifted by
+//!   [`crate::Visibility`].
+//! - **Supersession** is kept on both ends: whenever a row names a record in
+//!   `supersedes_id` (an upsert, a patch, or a plain add), the same write
+//!   rewrites that record with `superseded_by_id` = the new key. The named
+//!   record must be current — present, not deleted, not superseded already —
+//!   or the write is refused ([`BatchProblem::NotCurrent`]): two concurrent
+//!   patches of one record cannot both succeed, and a record never forks into
+//!   two visible versions. Deleting the current version leaves its
+//!   predecessors hidden.
 //! - **Unique keys** on add: a key or secondary key repeated within the batch,
 //!   or held by a stored row that is not a tombstone (hidden rows included),
 //!   is refused — the first offender in input order.
@@ -28,9 +40,8 @@
 //!   key, `superseded_by_id` null, `created_at` = now, and each non-null patch
 //!   column overwriting; nothing found → `None`.
 //!
-//! Check-then-write operations of one store handle are serialised; two
-//! processes writing one store must not race on the same keys (the default
-//! single-writer policy allows one writing instance).
+//! Check-then-write operations of one store handle are serialised, and the
+//! default single-writer policy lets one handle write at a time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -38,6 +49,8 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, new_null_array};
 use arrow_schema::{DataType, Schema, TimeUnit};
+use lance::dataset::mem_wal::scanner::parse_filter_expr;
+use lance::deps::datafusion::logical_expr::Expr;
 
 use crate::config::RecordCapabilities;
 use crate::error::{BatchProblem, Error, Result};
@@ -108,6 +121,7 @@ pub(crate) fn check_capabilities(caps: &RecordCapabilities, schema: &Schema) -> 
     }
     if caps.supersession {
         need(SUPERSEDES, false, "supersession")?;
+        need(SUPERSEDED_BY, false, "supersession")?;
     }
     if caps.lifecycle {
         need(EXPIRES_AT, true, "lifecycle")?;
@@ -168,8 +182,9 @@ fn timestamps(data_type: &DataType, micros: i64, n: usize) -> Result<ArrayRef> {
 }
 
 impl Store {
-    /// The filter that hides what `visibility` does not show, or `None`.
-    pub(crate) async fn visibility_filter(&self, v: &Visibility) -> Result<Option<String>> {
+    /// The expression that hides what `visibility` does not show, or `None`.
+    /// Built from the engine's own constants and typed literals only.
+    pub(crate) fn visibility_expr(&self, v: &Visibility) -> Result<Option<Expr>> {
         let caps = &self.capabilities;
         let schema = &self.schemas.logical;
         let mut parts = Vec::new();
@@ -187,60 +202,36 @@ impl Store {
             ));
         }
         if caps.lifecycle && !v.include_retired {
-            let mut p = format!(
-                "(({STATUS} IS NULL OR {STATUS} IN ('active', 'contradicted')) AND {RETIRED_AT} IS NULL"
-            );
-            if schema.field_with_name(SUPERSEDED_BY).is_ok() {
-                p.push_str(&format!(" AND {SUPERSEDED_BY} IS NULL"));
-            }
-            p.push(')');
-            parts.push(p);
+            parts.push(format!(
+                "(({STATUS} IS NULL OR {STATUS} IN ('active', 'contradicted')) AND {RETIRED_AT} IS NULL)"
+            ));
         }
-        if caps.supersession && !v.include_retired {
-            let superseded = self.superseded_keys().await?;
-            if !superseded.is_empty() {
-                let refs: Vec<&str> = superseded.iter().map(String::as_str).collect();
-                parts.push(format!("NOT ({})", in_list(&self.schemas.key, &refs)));
-            }
+        if (caps.supersession || caps.lifecycle)
+            && !v.include_retired
+            && schema.field_with_name(SUPERSEDED_BY).is_ok()
+        {
+            parts.push(format!("{SUPERSEDED_BY} IS NULL"));
         }
-        Ok((!parts.is_empty()).then(|| parts.join(" AND ")))
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let text = parts.join(" AND ");
+        parse_filter_expr(&self.schemas.stored, &text)
+            .map(Some)
+            .map_err(|e| Error::internal(format!("the visibility rule does not parse: {e}")))
     }
 
-    /// `request` with the visibility rules added to its filter.
-    pub(crate) async fn with_visibility(&self, mut request: ScanRequest) -> Result<ScanRequest> {
+    /// `request` to plan, and the visibility expression to join to its filter.
+    pub(crate) fn with_visibility(
+        &self,
+        mut request: ScanRequest,
+    ) -> Result<(ScanRequest, Option<Expr>)> {
         if self.capabilities == RecordCapabilities::default() {
-            return Ok(request);
+            return Ok((request, None));
         }
-        if let Some(user) = &request.filter {
-            crate::read::check_filter_columns(&self.schemas.logical, user)?;
-        }
-        if let Some(hide) = self.visibility_filter(&request.visibility).await? {
-            request.filter = Some(match request.filter.take() {
-                Some(user) => format!("({user}) AND {hide}"),
-                None => hide,
-            });
-        }
+        let hide = self.visibility_expr(&request.visibility)?;
         request.visibility = Visibility::all();
-        Ok(request)
-    }
-
-    /// Every key some row (hidden rows included) names in `supersedes_id`,
-    /// other than its own.
-    async fn superseded_keys(&self) -> Result<HashSet<String>> {
-        let key = self.schemas.key.clone();
-        let rows = self
-            .scan_raw(
-                ScanRequest::new()
-                    .filter(format!("{SUPERSEDES} IS NOT NULL"))
-                    .project([key.clone(), SUPERSEDES.to_string()]),
-            )
-            .await?;
-        let ids = strings(&rows, &key);
-        Ok(strings(&rows, SUPERSEDES)
-            .into_iter()
-            .zip(ids)
-            .filter_map(|(s, id)| s.filter(|s| Some(s) != id.as_ref()))
-            .collect())
+        Ok((request, hide))
     }
 
     /// Rows whose `column` is one of `values`, under `visibility`.
@@ -387,14 +378,16 @@ impl Store {
             .ok_or_else(|| Error::invalid_argument("this store's schema declares no secondary key"))
     }
 
-    /// Delete records by key: a tombstone for each key with a visible row.
-    /// Returns, per key given, whether it was deleted (false: no visible row).
+    /// Delete records by key: a tombstone for each key a lookup returns
+    /// (hidden records included). Returns, per key given, whether it was
+    /// deleted (false: nothing to delete).
     pub async fn tombstone(&self, ids: &[&str]) -> Result<Vec<bool>> {
         let key = self.schemas.key.clone();
         self.tombstone_where(&key, ids).await
     }
 
-    /// Delete records by secondary key (every visible row holding it).
+    /// Delete records by secondary key: every non-deleted row holding it,
+    /// every version of the record included.
     pub async fn tombstone_by_secondary_key(&self, values: &[&str]) -> Result<Vec<bool>> {
         let column = self.secondary_key()?.to_string();
         self.tombstone_where(&column, values).await
@@ -404,7 +397,14 @@ impl Store {
         self.need("tombstones", self.capabilities.tombstones)?;
         let _guard = self.record_lock.lock().await;
         let found = self
-            .rows_where(column, values, Visibility::default())
+            .rows_where(
+                column,
+                values,
+                Visibility {
+                    include_tombstones: false,
+                    ..Visibility::all()
+                },
+            )
             .await?;
         let held = strings(&found, column);
         let deleted: Vec<bool> = values
@@ -549,8 +549,107 @@ impl Store {
             columns[i] = new_null_array(schema.field(i).data_type(), conformed.num_rows());
         }
         let rows = RecordBatch::try_new(schema, columns)?;
+        let rows = self.with_backlinks(rows).await?;
         self.write_conformed(rows).await?;
         Ok(outcomes)
+    }
+
+    /// `batch` (conformed) followed by the records its rows supersede,
+    /// rewritten with `superseded_by_id` = the superseding row's key. Each
+    /// named record must be current (see the module docs); the caller holds
+    /// the record lock.
+    pub(crate) async fn with_backlinks(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        if !self.capabilities.supersession {
+            return Ok(batch);
+        }
+        let keys = strings(&batch, &self.schemas.key);
+        let named = strings(&batch, SUPERSEDES);
+        let mut targets: Vec<(usize, String, String)> = Vec::new();
+        let mut first: HashMap<String, usize> = HashMap::new();
+        for (row, (key, target)) in keys.iter().zip(&named).enumerate() {
+            let (Some(key), Some(target)) = (key, target) else {
+                continue;
+            };
+            if key == target {
+                continue;
+            }
+            if let Some(&first_row) = first.get(target) {
+                return Err(Error::batch(BatchProblem::DuplicateInBatch {
+                    column: SUPERSEDES.into(),
+                    row,
+                    first_row,
+                    value: target.clone(),
+                }));
+            }
+            first.insert(target.clone(), row);
+            targets.push((row, key.clone(), target.clone()));
+        }
+        if targets.is_empty() {
+            return Ok(batch);
+        }
+        // Targets written in this same batch are marked in place.
+        let in_batch: HashMap<&str, usize> = keys
+            .iter()
+            .enumerate()
+            .filter_map(|(row, k)| k.as_deref().map(|k| (k, row)))
+            .collect();
+        let mut successors: Vec<Option<String>> = strings(&batch, SUPERSEDED_BY);
+        let mut marked_in_batch = false;
+        targets.retain(|(row, key, target)| match in_batch.get(target.as_str()) {
+            Some(&at) if at != *row => {
+                successors[at] = Some(key.clone());
+                marked_in_batch = true;
+                false
+            }
+            _ => true,
+        });
+        let batch = if marked_in_batch {
+            let at = batch.schema().index_of(SUPERSEDED_BY)?;
+            let mut columns = batch.columns().to_vec();
+            columns[at] = Arc::new(StringArray::from(successors));
+            RecordBatch::try_new(batch.schema(), columns)?
+        } else {
+            batch
+        };
+        if targets.is_empty() {
+            return Ok(batch);
+        }
+        let ids: Vec<&str> = targets.iter().map(|(_, _, t)| t.as_str()).collect();
+        let found = self.lookup_any(&ids, None).await?;
+        let found_keys = strings(&found, &self.schemas.key);
+        let content = strings(&found, CONTENT_TYPE);
+        let successor = strings(&found, SUPERSEDED_BY);
+        let mut take = Vec::with_capacity(targets.len());
+        let mut new_keys = Vec::with_capacity(targets.len());
+        for (row, key, target) in &targets {
+            let at = found_keys
+                .iter()
+                .position(|k| k.as_deref() == Some(target.as_str()));
+            let current = at.is_some_and(|i| {
+                successor[i].is_none() && content[i].as_deref() != Some(TOMBSTONE_CONTENT_TYPE)
+            });
+            let Some(i) = at.filter(|_| current) else {
+                return Err(Error::batch(BatchProblem::NotCurrent {
+                    column: SUPERSEDES.into(),
+                    row: *row,
+                    value: target.clone(),
+                    superseded_by: at.and_then(|i| successor[i].clone()),
+                }));
+            };
+            take.push(i as u32);
+            new_keys.push(key.clone());
+        }
+        let indices = arrow_array::UInt32Array::from(take);
+        let mut old = arrow_select::take::take_record_batch(&found, &indices)?;
+        let at = old.schema().index_of(SUPERSEDED_BY)?;
+        let mut columns = old.columns().to_vec();
+        columns[at] = Arc::new(StringArray::from(new_keys));
+        old = RecordBatch::try_new(old.schema(), columns)?;
+        let old = self.schemas.conform_for_write(&old)?;
+        Ok(arrow_select::concat::concat_batches(
+            &batch.schema(),
+            &[batch.clone(), old],
+        )?)
     }
 
     /// Build the new version a patch makes (not written): see the module docs.
@@ -657,11 +756,15 @@ impl Store {
     /// Write new versions of existing records (rows built by
     /// [`Self::patch_version`], possibly transformed): their keys must be new;
     /// their secondary keys are those of the records they supersede.
+    /// The records they supersede must still be current: a concurrent patch
+    /// of the same record that committed first makes this one fail with
+    /// [`BatchProblem::NotCurrent`] (kind `Conflict`).
     pub async fn add_new_versions(&self, batch: &RecordBatch) -> Result<()> {
         let _guard = self.record_lock.lock().await;
         let conformed = self.schemas.conform_for_write(batch)?;
         self.check_new_records(&conformed, false).await?;
-        self.write_conformed(conformed).await?;
+        let rows = self.with_backlinks(conformed).await?;
+        self.write_conformed(rows).await?;
         Ok(())
     }
 

@@ -23,7 +23,6 @@ use crate::merge::MergeFailpoint;
 use crate::merge::{MergeState, MergeStats};
 use crate::read::{
     BatchStream, ScanRequest, VectorQuery, collect, execute, plan_lookup, plan_scan,
-    shard_snapshots,
 };
 use crate::writer::{AddOutcome, Writer};
 
@@ -47,6 +46,7 @@ pub struct Store {
     /// Serialises check-then-write adds (uniqueness, upsert, patch, delete by
     /// tombstone) of this store handle.
     pub(crate) record_lock: tokio::sync::Mutex<()>,
+    shard_policy: ShardPolicy,
 }
 
 impl std::fmt::Debug for Store {
@@ -134,25 +134,22 @@ impl Store {
     }
 
     async fn start(
-        config: StoreConfig,
+        mut config: StoreConfig,
         opener: Opener,
         dataset: Dataset,
         writable: bool,
     ) -> Result<Self> {
+        if config.indexes.secondary_key_index.is_none() {
+            config.indexes.secondary_key_index = config.capabilities.secondary_key.clone();
+        }
         let stored: SchemaRef = Arc::new(Schema::from(dataset.schema()));
         let schemas = resolve_schemas(&config, stored)?;
         crate::records::check_capabilities(&config.capabilities, &schemas.logical)?;
         let shard = shard_id_for_instance(&config.instance_id);
-        if writable && config.shard_policy == ShardPolicy::SingleWriter {
-            for view in shard_snapshots(&dataset).await? {
-                if view.snapshot.shard_id != shard && view.unmerged > 0 {
-                    return Err(Error::ShardConflict {
-                        ours: shard,
-                        other: view.snapshot.shard_id,
-                        generations: view.unmerged,
-                    });
-                }
-            }
+        if config.merge.cleanup_grace.is_zero() {
+            return Err(Error::invalid_argument(
+                "merge.cleanup_grace must be greater than zero: a read in progress may still open what cleanup would delete",
+            ));
         }
         let writer = match writable {
             true => Some(Writer::open(&dataset, shard, config.writer.clone()).await?),
@@ -169,14 +166,21 @@ impl Store {
                 merge: config.merge.clone(),
                 compaction: config.compaction.clone(),
                 indexes: config.indexes.clone(),
+                retention: config.retention.clone(),
+                writer: config.writer.clone(),
             },
             merge_state: MergeState::default(),
             compaction_state: CompactionState::default(),
             kick: tokio::sync::Notify::new(),
             last_background_error: std::sync::Mutex::new(None),
+            last_retention: std::sync::Mutex::new(None),
         });
         let background = match writable {
             true => {
+                if config.shard_policy == ShardPolicy::SingleWriter {
+                    let dataset = engine.fresh_dataset().await?;
+                    engine.take_over_other_shards(&dataset).await?;
+                }
                 engine.ensure_key_index().await?;
                 Background::start(&engine)
             }
@@ -189,6 +193,7 @@ impl Store {
             background: std::sync::Mutex::new(background),
             capabilities: config.capabilities,
             record_lock: tokio::sync::Mutex::new(()),
+            shard_policy: config.shard_policy,
         })
     }
 
@@ -242,13 +247,20 @@ impl Store {
     /// ([`crate::BatchProblem::ReservedValue`]); with `unique_keys`, a key or
     /// secondary key repeated in the batch or held by a stored non-tombstone
     /// row is refused, the first in input order
-    /// ([`crate::BatchProblem::DuplicateInBatch`], [`crate::BatchProblem::AlreadyExists`]).
+    /// ([`crate::BatchProblem::DuplicateInBatch`], [`crate::BatchProblem::AlreadyExists`]);
+    /// with supersession, a row naming a record in `supersedes_id` also marks
+    /// that record superseded, which must be current
+    /// ([`crate::BatchProblem::NotCurrent`]).
     pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome> {
-        if self.capabilities.tombstones || self.capabilities.unique_keys {
+        let caps = &self.capabilities;
+        if caps.tombstones || caps.unique_keys || caps.supersession {
             let _guard = self.record_lock.lock().await;
             let conformed = self.schemas.conform_for_write(batch)?;
             self.check_new_records(&conformed, true).await?;
-            return self.write_conformed(conformed).await;
+            let rows = conformed.num_rows();
+            let with_links = self.with_backlinks(conformed).await?;
+            self.write_conformed(with_links).await?;
+            return Ok(AddOutcome { rows });
         }
         let conformed = self.schemas.conform_for_write(batch)?;
         self.write_conformed(conformed).await
@@ -257,6 +269,7 @@ impl Store {
     /// Write a conformed batch (every check done).
     pub(crate) async fn write_conformed(&self, conformed: RecordBatch) -> Result<AddOutcome> {
         let writer = self.engine.writer()?;
+        self.engine.check_backpressure().await?;
         let outcome = writer
             .add(conformed, || self.engine.reopen_for_writer())
             .await?;
@@ -271,6 +284,7 @@ impl Store {
     /// an error; adding the key again later makes it live again.
     pub async fn delete(&self, ids: &[&str]) -> Result<usize> {
         let writer = self.engine.writer()?;
+        self.engine.check_backpressure().await?;
         if ids.is_empty() {
             return Err(Error::batch(crate::error::BatchProblem::EmptyBatch));
         }
@@ -301,13 +315,33 @@ impl Store {
     /// (streaming, atomic, idempotent; see the crate docs), then clean up
     /// generations merged at least `cleanup_grace` ago.
     pub async fn merge(&self) -> Result<MergeStats> {
-        self.engine.merge(None).await
+        self.engine
+            .merge(
+                None,
+                #[cfg(feature = "failpoints")]
+                None,
+            )
+            .await
     }
 
     /// [`Self::merge`], stopping with an error at `failpoint` (crash tests).
     #[cfg(feature = "failpoints")]
     pub async fn merge_failing_at(&self, failpoint: MergeFailpoint) -> Result<MergeStats> {
-        self.engine.merge(Some(failpoint)).await
+        self.engine.merge(Some(failpoint), None).await
+    }
+
+    /// [`Self::merge`], awaiting `hook(first, last)` before each pass commits
+    /// (interleaving tests).
+    #[cfg(feature = "failpoints")]
+    pub async fn merge_with_hook(&self, hook: crate::MergeHook) -> Result<MergeStats> {
+        self.engine.merge(None, Some(hook)).await
+    }
+
+    /// Apply the version retention policy now (maintenance runs it after
+    /// merges and compactions, at most once per `retention.interval`); the
+    /// number of versions removed.
+    pub async fn apply_retention(&self) -> Result<u64> {
+        self.engine.retain(true).await
     }
 
     /// Compact the base table's fragments (Lance compaction, index remap
@@ -330,20 +364,7 @@ impl Store {
     /// generation; `query.filter` is applied first.
     /// On a store with record capabilities only visible rows are searched.
     pub async fn nearest(&self, query: &VectorQuery) -> Result<RecordBatch> {
-        let mut visible = query.clone();
-        if let Some(hide) = self
-            .visibility_filter(&crate::read::Visibility::default())
-            .await?
-        {
-            if let Some(user) = &visible.filter {
-                crate::read::check_filter_columns(&self.schemas.logical, user)?;
-            }
-            visible.filter = Some(match visible.filter.take() {
-                Some(user) => format!("({user}) AND {hide}"),
-                None => hide,
-            });
-        }
-        let query = &visible;
+        let hide = self.visibility_expr(&crate::read::Visibility::default())?;
         let declared = self
             .engine
             .settings
@@ -372,6 +393,7 @@ impl Store {
             declared,
             query,
             &self.engine.opener.store_params(),
+            hide.as_ref(),
         )
         .await
     }
@@ -388,26 +410,31 @@ impl Store {
     pub async fn reclaim(&self) -> Result<()> {
         let writer = self.engine.writer()?;
         let dataset = self.engine.opener.open().await?;
-        writer.reclaim(&dataset).await
+        writer.reclaim(&dataset).await?;
+        if self.shard_policy == ShardPolicy::SingleWriter {
+            self.engine.take_over_other_shards(&dataset).await?;
+        }
+        if let Some(background) = Background::start(&self.engine) {
+            let old = self
+                .background
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .replace(background);
+            if let Some(old) = old {
+                old.abort();
+            }
+        }
+        Ok(())
     }
 
     /// Scan as a stream of batches in the logical schema. A store with record
     /// capabilities shows only visible rows unless the request's
     /// [`crate::Visibility`] says otherwise.
     pub async fn scan_stream(&self, request: ScanRequest) -> Result<BatchStream> {
-        let request = self.with_visibility(request).await?;
+        let (request, hide) = self.with_visibility(request)?;
         let view = self.engine.view().await?;
-        let (plan, projection) = plan_scan(&view, &self.schemas, &request).await?;
+        let (plan, projection) = plan_scan(&view, &self.schemas, &request, hide.as_ref()).await?;
         execute(plan, self.schemas.clone(), projection)
-    }
-
-    /// Scan into one batch with no visibility rules applied.
-    pub(crate) async fn scan_raw(&self, request: ScanRequest) -> Result<RecordBatch> {
-        let schema = self.output_schema(request.projection.as_deref())?;
-        let view = self.engine.view().await?;
-        let (plan, projection) = plan_scan(&view, &self.schemas, &request).await?;
-        let batches = collect(execute(plan, self.schemas.clone(), projection)?).await?;
-        Ok(concat_batches(&schema, &batches)?)
     }
 
     /// Scan into one batch.
@@ -419,14 +446,21 @@ impl Store {
 
     /// The plan a scan would run, for operators (`EXPLAIN`).
     pub async fn explain(&self, request: ScanRequest) -> Result<String> {
-        let request = self.with_visibility(request).await?;
+        let (request, hide) = self.with_visibility(request)?;
         let view = self.engine.view().await?;
-        let (plan, _) = plan_scan(&view, &self.schemas, &request).await?;
+        let (plan, _) = plan_scan(&view, &self.schemas, &request, hide.as_ref()).await?;
         Ok(displayable(plan.as_ref()).indent(true).to_string())
     }
 
     /// Rows matching `filter` (all rows when `None`), newest version per key.
+    /// Without a filter or record capabilities this reads no rows of the base
+    /// table: its count comes from fragment metadata, adjusted by the keys of
+    /// the unmerged generations (new keys added, deleted ones taken away).
     pub async fn count(&self, filter: Option<&str>) -> Result<u64> {
+        if filter.is_none() && self.capabilities == RecordCapabilities::default() {
+            let view = self.engine.view().await?;
+            return crate::read::count_all(&view, &self.schemas.key, &self.engine.opener).await;
+        }
         let mut request = ScanRequest::new().project([self.schemas.key.clone()]);
         request.filter = filter.map(str::to_string);
         let mut stream = self.scan_stream(request).await?;
@@ -524,7 +558,8 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         // Never blocks: every acknowledged row is already in a generation, so
-        // only the writer's background tasks need stopping.
+        // only background work needs stopping (the writer stops its own tasks
+        // when the engine goes).
         if let Some(background) = self
             .background
             .lock()
@@ -532,9 +567,6 @@ impl Drop for Store {
             .take()
         {
             background.abort();
-        }
-        if let Some(writer) = &self.engine.writer {
-            writer.abort_detached();
         }
     }
 }

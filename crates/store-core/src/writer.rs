@@ -63,7 +63,7 @@ pub(crate) struct Writer {
 #[derive(Clone, Copy)]
 enum WriteOp<'a> {
     Put(&'a [RecordBatch]),
-    Delete(&'a RecordBatch),
+    Delete(&'a [RecordBatch]),
 }
 
 impl std::fmt::Debug for Writer {
@@ -109,7 +109,8 @@ impl Writer {
         })
     }
 
-    fn check_latch(&self) -> Result<()> {
+    /// `Err(Fenced)` once the writer lost its shard to a peer (until reclaimed).
+    pub(crate) fn check_latch(&self) -> Result<()> {
         match *self.latched.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(reason) => Err(Error::Fenced {
                 shard: self.shard,
@@ -155,7 +156,8 @@ impl Writer {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Dataset>>,
     {
-        self.write(WriteOp::Delete(&keys), reopen).await
+        let chunks = split(&keys, self.settings.max_memtable_rows);
+        self.write(WriteOp::Delete(&chunks), reopen).await
     }
 
     async fn write<F, Fut>(&self, op: WriteOp<'_>, reopen: F) -> Result<()>
@@ -199,11 +201,13 @@ impl Writer {
                         .map_err(|e| self.classify("writing to the WAL", e))?;
                 }
             }
-            WriteOp::Delete(keys) => {
-                writer
-                    .delete(vec![keys.clone()])
-                    .await
-                    .map_err(|e| self.classify("writing tombstones to the WAL", e))?;
+            WriteOp::Delete(chunks) => {
+                for chunk in chunks {
+                    writer
+                        .delete(vec![chunk.clone()])
+                        .await
+                        .map_err(|e| self.classify("writing tombstones to the WAL", e))?;
+                }
             }
         }
         let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
@@ -282,19 +286,46 @@ impl Writer {
         Ok((writer.manifest_store(), writer.epoch(), manifest))
     }
 
-    /// Best effort for `Drop`: stop the writer's background tasks without I/O.
-    /// Every acknowledged row is already in a generation, so nothing is lost.
-    pub fn abort_detached(&self) {
-        let Ok(mut guard) = self.inner.try_write() else {
+    /// Generations this writer's shard lists, from the writer's own position
+    /// (no I/O).
+    pub async fn listed_generations(&self) -> Result<Vec<u64>> {
+        let guard = self.inner.read().await;
+        let Some(writer) = guard.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let manifest = writer
+            .manifest()
+            .await
+            .map_err(|e| self.classify("reading the shard manifest", e))?;
+        Ok(manifest
+            .map(|m| m.sstables.iter().map(|s| s.generation).collect())
+            .unwrap_or_default())
+    }
+}
+
+impl Drop for Writer {
+    /// Stop the writer's background tasks without I/O (every acknowledged row
+    /// is already in a generation, so nothing is lost). Runs when the last
+    /// handle on the store's engine goes, background task included.
+    fn drop(&mut self) {
+        let Some(writer) = self.inner.get_mut().take() else {
             return;
         };
-        let Some(writer) = guard.take() else {
-            return;
-        };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let _ = writer.abort().await;
-            });
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    let _ = writer.abort().await;
+                });
+            }
+            Err(_) => {
+                // Outside any runtime: a small one just for the shutdown.
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    let _ = rt.block_on(writer.abort());
+                }
+            }
         }
     }
 }

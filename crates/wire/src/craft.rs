@@ -341,3 +341,85 @@ pub fn nested_lists(depth: usize) -> Vec<u8> {
     out.extend(end());
     out
 }
+
+/// `columns` Int64 columns of one row whose values buffers all point at the
+/// same 8 bytes (Arrow would copy or check them once per column).
+pub fn overlapping_buffers(columns: usize) -> Vec<u8> {
+    let fields: Vec<(String, Ty)> = (0..columns)
+        .map(|i| (format!("c{i}"), Ty::Int(64)))
+        .collect();
+    let named: Vec<(&str, Ty)> = fields
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
+    let mut out = schema(&named);
+    out.extend(record_batch(&BatchSpec {
+        length: 1,
+        nodes: vec![(1, 0); columns],
+        buffers: (0..columns).flat_map(|_| [(0, 0), (0, 8)]).collect(),
+        compressed: false,
+        body: 7i64.to_le_bytes().to_vec(),
+    }));
+    out.extend(end());
+    out
+}
+
+/// An Int64 batch whose values buffer starts off the 8-byte grid.
+pub fn misaligned_buffer() -> Vec<u8> {
+    let mut out = schema(&[("n", Ty::Int(64))]);
+    out.extend(record_batch(&BatchSpec {
+        buffers: vec![(0, 0), (1, 8)],
+        body: vec![0u8; 16],
+        ..one_int64_row()
+    }));
+    out.extend(end());
+    out
+}
+
+/// A schema of `fields` Utf8 fields whose names all point at one string of
+/// `name_bytes` bytes (small as sent, huge as expanded).
+pub fn aliased_names(fields: usize, name_bytes: usize) -> Vec<u8> {
+    let mut fbb = FlatBufferBuilder::new();
+    let name = fbb.create_string(&"n".repeat(name_bytes));
+    let utf8 = Utf8::create(&mut fbb, &Utf8Args {}).as_union_value();
+    let children = fbb.create_vector::<WIPOffset<Field>>(&[]);
+    let list: Vec<_> = (0..fields)
+        .map(|_| {
+            Field::create(
+                &mut fbb,
+                &FieldArgs {
+                    name: Some(name),
+                    nullable: true,
+                    type_type: Type::Utf8,
+                    type_: Some(utf8),
+                    dictionary: None,
+                    children: Some(children),
+                    custom_metadata: None,
+                },
+            )
+        })
+        .collect();
+    let list = fbb.create_vector(&list);
+    let schema = Schema::create(
+        &mut fbb,
+        &SchemaArgs {
+            endianness: Endianness::Little,
+            fields: Some(list),
+            ..Default::default()
+        },
+    );
+    let message = Message::create(
+        &mut fbb,
+        &MessageArgs {
+            version: MetadataVersion::V5,
+            header_type: MessageHeader::Schema,
+            header: Some(schema.as_union_value()),
+            bodyLength: 0,
+            custom_metadata: None,
+        },
+    );
+    fbb.finish(message, None);
+    let mut out = frame(fbb.finished_data(), &[]);
+    out.extend(end());
+    out
+}

@@ -150,7 +150,8 @@ pub fn decode_with(bytes: Vec<u8>, limits: &Limits) -> Result<Decoded, WireError
     let buffer = Buffer::from_vec(bytes);
     let (schema, batches) = guarded(move || {
         let mut buffer = buffer;
-        let mut decoder = StreamDecoder::new();
+        // The walk checked every buffer's alignment: Arrow never copies one.
+        let mut decoder = StreamDecoder::new().with_require_alignment(true);
         let mut batches = Vec::with_capacity(shape.batches);
         while !buffer.is_empty() {
             if let Some(batch) = decoder.decode(&mut buffer)? {

@@ -134,6 +134,33 @@ fn buffers_outside_the_body_are_refused() {
 }
 
 #[test]
+fn buffers_that_overlap_or_are_misaligned_are_refused() {
+    // 4096 columns on one 8-byte buffer: Arrow would copy it once per column.
+    assert!(matches!(
+        decode(craft::overlapping_buffers(4096)),
+        Err(WireError::BadLayout { message: 1, .. })
+    ));
+    assert!(matches!(
+        decode(craft::misaligned_buffer()),
+        Err(WireError::BadLayout { message: 1, .. })
+    ));
+}
+
+#[test]
+fn names_aliased_in_the_flatbuffer_are_refused() {
+    // 500 fields naming one 4 MiB string: 4 MiB sent, 2 GiB expanded.
+    assert!(matches!(
+        decode(craft::aliased_names(500, 4 << 20)),
+        Err(WireError::Malformed { message: 0, .. })
+    ));
+    // Long names are refused even unaliased.
+    assert!(matches!(
+        decode(craft::aliased_names(1, 1000)),
+        Err(WireError::TooLarge { .. })
+    ));
+}
+
+#[test]
 fn limits_bound_rows_depth_fields_messages_and_bytes() {
     let limits = Limits {
         max_rows: 10,
@@ -222,6 +249,8 @@ fn mutated_streams_never_panic_the_decoder() {
         craft::delta_dictionaries(3),
         craft::buffer_outside_body(),
         craft::rows_claimed(3),
+        craft::overlapping_buffers(3),
+        craft::aliased_names(3, 8),
     ];
     let base: u64 = std::env::var("LC_WIRE_FUZZ_SEED")
         .ok()

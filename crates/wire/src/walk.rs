@@ -10,12 +10,16 @@ use std::collections::HashSet;
 
 use arrow_ipc::{
     Endianness, Field, MessageHeader, MetadataVersion, Precision, RecordBatch, Type,
-    root_as_message,
+    root_as_message_with_opts,
 };
 
 use crate::{Limits, WireError};
 
 const CONTINUATION: u32 = 0xFFFF_FFFF;
+/// Longest field name accepted.
+const MAX_NAME_BYTES: usize = 256;
+/// Bytes of custom metadata (keys and values) accepted per schema.
+const MAX_METADATA_BYTES: usize = 64 << 10;
 
 /// What a stream holds, once walked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,9 +133,19 @@ pub fn inspect(bytes: &[u8], limits: &Limits) -> Result<StreamShape, WireError> 
             .checked_add(length)
             .filter(|end| *end <= bytes.len())
             .ok_or(WireError::Truncated { message: index })?;
-        let message = root_as_message(&bytes[pos..end]).map_err(|e| WireError::Malformed {
-            message: index,
-            reason: e.to_string(),
+        // A flatbuffer may point many fields at one string: bound the size of
+        // the message as expanded, not only as sent.
+        let verifier = flatbuffers::VerifierOptions {
+            max_depth: 64,
+            max_tables: 1 << 20,
+            max_apparent_size: length.saturating_mul(2).saturating_add(4096),
+            ignore_missing_null_terminator: false,
+        };
+        let message = root_as_message_with_opts(&verifier, &bytes[pos..end]).map_err(|e| {
+            WireError::Malformed {
+                message: index,
+                reason: e.to_string(),
+            }
         })?;
         pos = end;
         if !matches!(message.version(), MetadataVersion::V4 | MetadataVersion::V5) {
@@ -173,6 +187,16 @@ pub fn inspect(bytes: &[u8], limits: &Limits) -> Result<StreamShape, WireError> 
                 let mut l = Layout::default();
                 for field in list.iter() {
                     field_layout(&field, None, 1, limits, &mut l)?;
+                }
+                let mut metadata = 0usize;
+                for kv in schema.custom_metadata().iter().flat_map(|m| m.iter()) {
+                    metadata += kv.key().map_or(0, str::len) + kv.value().map_or(0, str::len);
+                }
+                if metadata > MAX_METADATA_BYTES {
+                    return Err(WireError::TooLarge {
+                        what: "bytes of schema metadata",
+                        limit: MAX_METADATA_BYTES,
+                    });
                 }
                 layout = Some(l);
             }
@@ -307,6 +331,10 @@ fn check_batch(
             layout.slots.len()
         )));
     }
+    // Buffers lie inside the body, 8-byte aligned, in order and apart: two
+    // columns pointing at the same bytes would make Arrow copy (or check)
+    // those bytes once per column.
+    let mut end_of_previous = 0u64;
     let buffers: Vec<u64> = batch
         .buffers()
         .map(|b| b.iter().map(|b| (b.offset(), b.length())).collect::<Vec<_>>())
@@ -314,18 +342,27 @@ fn check_batch(
         .into_iter()
         .enumerate()
         .map(|(i, (offset, length))| {
-            let inside = u64::try_from(offset)
-                .ok()
-                .zip(u64::try_from(length).ok())
-                .and_then(|(o, l)| o.checked_add(l))
-                .is_some_and(|end| end <= body as u64);
-            if inside {
-                Ok(length as u64)
-            } else {
-                Err(bad(format!(
+            let (Ok(o), Ok(l)) = (u64::try_from(offset), u64::try_from(length)) else {
+                return Err(bad(format!(
+                    "buffer {i} has offset {offset} and length {length}"
+                )));
+            };
+            let end = o.checked_add(l).filter(|end| *end <= body as u64);
+            let Some(end) = end else {
+                return Err(bad(format!(
                     "buffer {i} (offset {offset}, length {length}) lies outside the {body}-byte body"
-                )))
+                )));
+            };
+            if !o.is_multiple_of(8) {
+                return Err(bad(format!("buffer {i} starts at {offset}, not on 8 bytes")));
             }
+            if o < end_of_previous {
+                return Err(bad(format!(
+                    "buffer {i} (offset {offset}) overlaps or precedes the buffer before it"
+                )));
+            }
+            end_of_previous = end;
+            Ok(l)
         })
         .collect::<Result<_, _>>()?;
     if buffers.len() != layout.buffers() {
@@ -426,7 +463,14 @@ fn field_layout(
     limits: &Limits,
     layout: &mut Layout,
 ) -> Result<(), WireError> {
-    let name = field.name().unwrap_or("(unnamed)").to_string();
+    let raw_name = field.name().unwrap_or("(unnamed)");
+    if raw_name.len() > MAX_NAME_BYTES {
+        return Err(WireError::TooLarge {
+            what: "bytes in a field name",
+            limit: MAX_NAME_BYTES,
+        });
+    }
+    let name = raw_name.to_string();
     let unsupported = |reason: String| WireError::UnsupportedType {
         field: name.clone(),
         reason,

@@ -106,6 +106,9 @@ pub enum PluginError {
     /// The plugin reported its input as malformed (a host bug or version skew).
     #[error("plugin {plugin}: rejected its input as malformed: {message}")]
     MalformedInput { plugin: String, message: String },
+    /// Every call slot stayed busy for longer than the wait allows.
+    #[error("plugin {plugin}: no call slot came free within {waited:?}; the host is busy")]
+    Busy { plugin: String, waited: Duration },
 }
 
 impl PluginError {
@@ -122,14 +125,30 @@ impl PluginError {
     pub fn is_fault(&self) -> bool {
         !matches!(
             self,
-            Self::Rejected { .. } | Self::InvalidParams { .. } | Self::MalformedInput { .. }
+            Self::Rejected { .. }
+                | Self::InvalidParams { .. }
+                | Self::MalformedInput { .. }
+                | Self::Busy { .. }
         )
+    }
+
+    /// Whether the call was refused for lack of capacity (retry later).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Busy { .. })
     }
 }
 
+/// Whether a character changes how a terminal shows text: a control
+/// character (ANSI escapes, newlines, carriage returns, C1 controls) or a
+/// bidirectional override or isolate (which reorder what follows).
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Plugin-supplied text made safe to keep and print: at most `max` bytes (cut
-/// at a character boundary, marked with `…`), every control character (ANSI
-/// escapes, newlines, carriage returns) written as a `\u{..}` escape.
+/// at a character boundary, marked with `…`), every character that changes
+/// how a terminal shows text written as a `\u{..}` escape.
 pub(crate) fn plugin_text(text: &str, max: usize) -> String {
     let mut out = String::with_capacity(text.len().min(max) + 8);
     for c in text.chars() {
@@ -137,13 +156,108 @@ pub(crate) fn plugin_text(text: &str, max: usize) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() {
+        if is_unsafe(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);
         }
     }
     out
+}
+
+/// Longest message an error keeps.
+const MAX_ERROR_TEXT: usize = 4 << 10;
+/// Declaration problems an error keeps.
+const MAX_PROBLEMS: usize = 100;
+
+impl PluginError {
+    /// Every text field made safe to print (see [`plugin_text`]): applied to
+    /// each error leaving the runtime, whatever produced its text.
+    pub(crate) fn sanitized(self) -> Self {
+        let t = |s: String| plugin_text(&s, MAX_ERROR_TEXT);
+        let name = |s: String| plugin_text(&s, super::abi::MAX_NAME);
+        match self {
+            Self::Load { plugin, message } => Self::Load {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::UnsupportedAbi { plugin, found } => Self::UnsupportedAbi {
+                plugin: name(plugin),
+                found,
+            },
+            Self::InvalidParams { plugin, message } => Self::InvalidParams {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::InvalidDeclaration { plugin, problems } => Self::InvalidDeclaration {
+                plugin: name(plugin),
+                problems: problems
+                    .into_iter()
+                    .take(MAX_PROBLEMS)
+                    .map(|p| SpecProblem {
+                        field: plugin_text(&p.field, super::abi::MAX_NAME),
+                        message: t(p.message),
+                    })
+                    .collect(),
+            },
+            Self::Rejected {
+                plugin,
+                errors,
+                total,
+            } => Self::Rejected {
+                plugin: name(plugin),
+                errors,
+                total,
+            },
+            Self::Timeout { plugin, deadline } => Self::Timeout {
+                plugin: name(plugin),
+                deadline,
+            },
+            Self::MemoryLimit { plugin, limit } => Self::MemoryLimit {
+                plugin: name(plugin),
+                limit,
+            },
+            Self::Panic { plugin, message } => Self::Panic {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::Forbidden { plugin, violation } => Self::Forbidden {
+                plugin: name(plugin),
+                violation,
+            },
+            Self::Trap { plugin, message } => Self::Trap {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::OutputTooLarge {
+                plugin,
+                what,
+                size,
+                limit,
+            } => Self::OutputTooLarge {
+                plugin: name(plugin),
+                what,
+                size,
+                limit,
+            },
+            Self::MalformedOutput { plugin, message } => Self::MalformedOutput {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::SchemaMismatch { plugin, message } => Self::SchemaMismatch {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::MalformedInput { plugin, message } => Self::MalformedInput {
+                plugin: name(plugin),
+                message: t(message),
+            },
+            Self::Busy { plugin, waited } => Self::Busy {
+                plugin: name(plugin),
+                waited,
+            },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -159,5 +273,7 @@ mod tests {
         let cut = plugin_text(&long, 11);
         assert!(cut.len() <= 11 + '…'.len_utf8() + 1, "{cut}");
         assert!(cut.ends_with('…'));
+        // C1 controls and bidirectional overrides too.
+        assert_eq!(plugin_text("a\u{9b}b\u{202e}c", 64), "a\\u{9b}b\\u{202e}c");
     }
 }

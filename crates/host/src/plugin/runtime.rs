@@ -1,6 +1,7 @@
 //! [`PluginRuntime`] (engine, linker, deadline ticker, compile cache) and
 //! [`LoadedPlugin`] (a described plugin and its calls).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -46,8 +47,12 @@ pub struct PluginLimits {
     /// Wall-clock time compiling one component may take; past it the load
     /// fails (the compile finishes in the background and is discarded).
     pub compile_deadline: Duration,
-    /// Calls of one plugin running at once; more wait for a slot.
+    /// Plugin calls running at once in this runtime (each has its own
+    /// instance, so this bounds the guest memory in use to this many times
+    /// `memory_bytes`); more wait for a slot, up to `slot_wait`.
     pub max_concurrent_calls: usize,
+    /// How long a call waits for a free slot before [`PluginError::Busy`].
+    pub slot_wait: Duration,
 }
 
 impl Default for PluginLimits {
@@ -55,12 +60,13 @@ impl Default for PluginLimits {
         Self {
             call_deadline: Duration::from_secs(5),
             memory_bytes: 512 << 20,
-            output_bytes: 256 << 20,
+            output_bytes: 64 << 20,
             reduce_output_bytes: 16 << 20,
             max_wasm_stack: 1 << 20,
             component_bytes: 64 << 20,
             compile_deadline: Duration::from_secs(120),
-            max_concurrent_calls: 16,
+            max_concurrent_calls: 8,
+            slot_wait: Duration::from_secs(30),
         }
     }
 }
@@ -139,6 +145,10 @@ struct Shared {
     linker: Linker<HostState>,
     limits: PluginLimits,
     cache: Option<CompileCache>,
+    /// Call slots shared by every plugin of the runtime.
+    slots: Slots,
+    /// Components that failed to compile, by sha256: not compiled again.
+    failed: Mutex<HashMap<String, String>>,
     _ticker: Ticker,
 }
 
@@ -209,8 +219,10 @@ impl PluginRuntime {
             shared: Arc::new(Shared {
                 engine,
                 linker,
+                slots: Slots::new(limits.max_concurrent_calls.max(1)),
                 limits,
                 cache,
+                failed: Mutex::new(HashMap::new()),
                 _ticker: ticker,
             }),
         })
@@ -237,6 +249,16 @@ impl PluginRuntime {
         bytes: &[u8],
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
+        self.load_checked(label, bytes, params)
+            .map_err(PluginError::sanitized)
+    }
+
+    fn load_checked(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        params: Vec<(String, String)>,
+    ) -> Result<LoadedPlugin, PluginError> {
         let label = plugin_text(label, abi::MAX_NAME);
         let shared = &self.shared;
         if bytes.len() > shared.limits.component_bytes {
@@ -247,29 +269,9 @@ impl PluginRuntime {
                 limit: shared.limits.component_bytes,
             });
         }
-        let sha256 = crate::sha256_hex(bytes);
-        let component = match shared
-            .cache
-            .as_ref()
-            .and_then(|c| c.load(&shared.engine, &sha256))
-        {
-            Some(component) => component,
-            None => {
-                let component = self.compile(&label, bytes)?;
-                if let Some(cache) = &shared.cache {
-                    cache.store(&sha256, &component);
-                }
-                component
-            }
-        };
-        let engine = &shared.engine;
-        let refused: Vec<String> = component
-            .component_type()
-            .imports(engine)
-            .map(|(name, _)| name)
-            .filter(|name| !ALLOWED_IMPORTS.contains(&name.split('@').next().unwrap_or(name)))
-            .map(str::to_string)
-            .collect();
+        // The imports first (a cheap parse), so a component the sandbox
+        // cannot host is never compiled.
+        let refused = refused_imports(bytes).map_err(|m| load_error(&label, m))?;
         if !refused.is_empty() {
             return Err(load_error(
                 &label,
@@ -279,24 +281,56 @@ impl PluginRuntime {
                 ),
             ));
         }
+        let sha256 = crate::sha256_hex(bytes);
+        if let Some(message) = shared
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&sha256)
+        {
+            return Err(load_error(&label, format!("{message} (failed before)")));
+        }
+        let component = match shared
+            .cache
+            .as_ref()
+            .and_then(|c| c.load(&shared.engine, &sha256))
+        {
+            Some(component) => component,
+            None => {
+                let component = self.compile(&label, bytes).inspect_err(|e| {
+                    if let PluginError::Load { message, .. } = e {
+                        shared
+                            .failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(sha256.clone(), message.clone());
+                    }
+                })?;
+                if let Some(cache) = &shared.cache {
+                    cache.store(&sha256, &component);
+                }
+                component
+            }
+        };
         let pre = shared
             .linker
             .instantiate_pre(&component)
             .map_err(|e| load_error(&label, format!("{e:#}")))?;
         let pre = SchemaPluginPre::new(pre)
             .map_err(|e| load_error(&label, format!("not a schema plugin: {e:#}")))?;
-        let mut plugin = LoadedPlugin {
+        let mut inner = Inner {
             shared: shared.clone(),
             label,
             pre,
             params,
             declaration: None,
-            slots: Slots::new(shared.limits.max_concurrent_calls.max(1)),
         };
-        let declaration = plugin.describe(sha256)?;
-        plugin.label = declaration.name.clone();
-        plugin.declaration = Some(declaration);
-        Ok(plugin)
+        let declaration = inner.describe(sha256)?;
+        inner.label = declaration.name.clone();
+        inner.declaration = Some(declaration);
+        Ok(LoadedPlugin {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Compile on a separate thread, waiting at most the compile deadline.
@@ -324,8 +358,47 @@ impl PluginRuntime {
     }
 }
 
-/// A counting semaphore bounding a plugin's concurrent calls (each call has
-/// its own instance, so this bounds the instances alive at once).
+/// The imports of a component (top level) that the sandbox does not
+/// provide, read without compiling it.
+fn refused_imports(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let mut refused = Vec::new();
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        match payload.map_err(|e| format!("not a component: {e}"))? {
+            wasmparser::Payload::Version {
+                encoding: wasmparser::Encoding::Module,
+                ..
+            } if depth == 0 => {
+                return Err("it is a core module, not a component".into());
+            }
+            wasmparser::Payload::ModuleSection { .. }
+            | wasmparser::Payload::ComponentSection { .. } => depth += 1,
+            wasmparser::Payload::End(_) => depth = depth.saturating_sub(1),
+            wasmparser::Payload::ComponentImportSection(imports) if depth == 0 => {
+                for import in imports {
+                    let import = import.map_err(|e| format!("not a component: {e}"))?;
+                    // Type imports (the contract's `use types.{…}`) need no
+                    // implementation; everything else must be an interface
+                    // the sandbox links.
+                    if matches!(import.ty, wasmparser::ComponentTypeRef::Type(_)) {
+                        continue;
+                    }
+                    let name = import.name.name;
+                    let interface = name.split('@').next().unwrap_or(name);
+                    let linked = matches!(import.ty, wasmparser::ComponentTypeRef::Instance(_))
+                        && ALLOWED_IMPORTS.contains(&interface);
+                    if !linked {
+                        refused.push(plugin_text(name, abi::MAX_NAME));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(refused)
+}
+
+/// A counting semaphore bounding the runtime's concurrent calls.
 #[derive(Debug)]
 struct Slots {
     free: Mutex<usize>,
@@ -340,13 +413,20 @@ impl Slots {
         }
     }
 
-    fn acquire(&self) -> SlotGuard<'_> {
+    /// A slot, waiting at most `wait`.
+    fn acquire(&self, wait: Duration) -> Option<SlotGuard<'_>> {
+        let deadline = std::time::Instant::now() + wait;
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            free = self
+                .freed
+                .wait_timeout(free, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         *free -= 1;
-        SlotGuard(self)
+        Some(SlotGuard(self))
     }
 }
 
@@ -359,25 +439,32 @@ impl Drop for SlotGuard<'_> {
     }
 }
 
-/// A loaded, described plugin. Safe to share between threads.
+/// A loaded, described plugin. Cheap to clone and safe to share between
+/// threads.
 ///
 /// Every call runs in a **fresh instance** (new memories, no state carried
 /// over from an earlier call, as the contract says) under the call deadline
-/// and the memory cap; at most [`PluginLimits::max_concurrent_calls`] run at
-/// once.
+/// and the memory cap; at most [`PluginLimits::max_concurrent_calls`] calls
+/// of the runtime run at once. The `*_async` methods run the call on a
+/// blocking thread, so an async caller's worker is never held by a plugin.
+/// Every error leaving here has its plugin-supplied text escaped.
+#[derive(Clone)]
 pub struct LoadedPlugin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     shared: Arc<Shared>,
     label: String,
     pre: SchemaPluginPre<HostState>,
     params: Vec<(String, String)>,
     declaration: Option<PluginDeclaration>,
-    slots: Slots,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadedPlugin")
-            .field("plugin", &self.label)
+            .field("plugin", &self.inner.label)
             .finish_non_exhaustive()
     }
 }
@@ -385,14 +472,107 @@ impl std::fmt::Debug for LoadedPlugin {
 impl LoadedPlugin {
     /// The checked declaration.
     pub fn declaration(&self) -> &PluginDeclaration {
-        self.declaration
-            .as_ref()
-            .expect("a LoadedPlugin is only handed out after describe")
+        self.inner.declaration()
     }
 
     /// The parameters it was loaded with.
     pub fn params(&self) -> &[(String, String)] {
-        &self.params
+        &self.inner.params
+    }
+
+    /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with its row errors.
+    pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
+        self.inner.validate(batch).map_err(PluginError::sanitized)
+    }
+
+    /// Transform a batch. By the contract a transform applies `validate`'s
+    /// checks first (one boundary crossing for both), then returns the columns
+    /// it fills or derives; the host decodes them with the bounded decoder,
+    /// checks each against the declaration and assembles the batch: a
+    /// derived column where returned, else the input's, else nulls. Without a
+    /// declared transform, the batch is returned as is.
+    pub fn transform(
+        &self,
+        batch: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<RecordBatch, PluginError> {
+        self.inner
+            .transform(batch, now_micros)
+            .map_err(PluginError::sanitized)
+    }
+
+    /// Reduce the rows of named query `query` (declared with `reduce`) to a
+    /// JSON document with the plugin's `reduce`. The document is checked (one
+    /// JSON value, within [`PluginLimits::reduce_output_bytes`]) but not
+    /// built: it is returned as raw JSON text.
+    pub fn reduce(
+        &self,
+        query: &str,
+        rows: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<Box<RawValue>, PluginError> {
+        self.inner
+            .reduce(query, rows, now_micros)
+            .map_err(PluginError::sanitized)
+    }
+
+    /// What the add pipeline runs: `transform` when the plugin declares one
+    /// (it validates in the same call), else `validate`; the batch to store.
+    pub fn prepare(
+        &self,
+        batch: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<RecordBatch, PluginError> {
+        self.inner
+            .prepare(batch, now_micros)
+            .map_err(PluginError::sanitized)
+    }
+
+    /// [`Self::prepare`] on a blocking thread.
+    pub async fn prepare_async(
+        &self,
+        batch: RecordBatch,
+        now_micros: i64,
+    ) -> Result<RecordBatch, PluginError> {
+        let this = self.clone();
+        self.blocking(move || this.prepare(&batch, now_micros))
+            .await
+    }
+
+    /// [`Self::reduce`] on a blocking thread.
+    pub async fn reduce_async(
+        &self,
+        query: String,
+        rows: RecordBatch,
+        now_micros: i64,
+    ) -> Result<Box<RawValue>, PluginError> {
+        let this = self.clone();
+        self.blocking(move || this.reduce(&query, &rows, now_micros))
+            .await
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, PluginError> + Send + 'static,
+    ) -> Result<T, PluginError> {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(f)
+                .await
+                .map_err(|e| PluginError::Trap {
+                    plugin: self.inner.label.clone(),
+                    message: format!("the call's thread failed: {e}"),
+                })?,
+            Err(_) => f(),
+        }
+    }
+}
+
+impl Inner {
+    fn declaration(&self) -> &PluginDeclaration {
+        self.declaration
+            .as_ref()
+            .expect("a LoadedPlugin is only handed out after describe")
     }
 
     fn deadline_ticks(&self) -> u64 {
@@ -407,7 +587,15 @@ impl LoadedPlugin {
         fuel: usize,
         f: impl FnOnce(&SchemaPlugin, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
-        let _slot = self.slots.acquire();
+        let wait = self.shared.limits.slot_wait;
+        let _slot = self
+            .shared
+            .slots
+            .acquire(wait)
+            .ok_or_else(|| PluginError::Busy {
+                plugin: self.label.clone(),
+                waited: wait,
+            })?;
         let mut store = Store::new(
             &self.shared.engine,
             HostState::new(self.shared.limits.memory_bytes),
@@ -542,6 +730,30 @@ impl LoadedPlugin {
                 plugin: plugin.clone(),
                 problems: e.problems,
             })?;
+        // A named query's filter runs on the host: plain predicates only.
+        let problems: Vec<SpecProblem> = spec
+            .queries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| {
+                let probe: Vec<(String, String)> =
+                    q.params.iter().map(|p| (p.clone(), "x".into())).collect();
+                let filter = q
+                    .bind(&probe)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| lance_context_store::check_plain_predicate(&f));
+                filter.err().map(|message| SpecProblem {
+                    field: format!("queries[{i}].filter"),
+                    message,
+                })
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(PluginError::InvalidDeclaration {
+                plugin: plugin.clone(),
+                problems,
+            });
+        }
         Ok(PluginDeclaration {
             name: plugin,
             version: raw.version,
@@ -565,7 +777,7 @@ impl LoadedPlugin {
     }
 
     /// Validate a batch: `Ok`, or [`PluginError::Rejected`] with its row errors.
-    pub fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
+    fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
         let bytes = self.encode_input(batch)?;
         let context = self.context(crate::now_micros());
         self.call(ERROR_BYTES, |p, s| p.call_validate(s, &bytes, &context))?
@@ -578,11 +790,7 @@ impl LoadedPlugin {
     /// checks each against the declaration and assembles the batch: a
     /// derived column where returned, else the input's, else nulls. Without a
     /// declared transform, the batch is returned as is.
-    pub fn transform(
-        &self,
-        batch: &RecordBatch,
-        now_micros: i64,
-    ) -> Result<RecordBatch, PluginError> {
+    fn transform(&self, batch: &RecordBatch, now_micros: i64) -> Result<RecordBatch, PluginError> {
         let declared = self.declaration();
         if !declared.has_transform {
             return Ok(batch.clone());
@@ -631,6 +839,27 @@ impl LoadedPlugin {
             _ => arrow_select::concat::concat_batches(&decoded.schema, &decoded.batches)
                 .map_err(|e| malformed(e.to_string()))?,
         };
+        // Declared columns neither returned nor given are filled with nulls:
+        // bounded like an output (a wide fixed-size list costs its width per row).
+        let fill: u128 = declared
+            .schema
+            .fields()
+            .iter()
+            .filter(|f| {
+                derived.column_by_name(f.name()).is_none()
+                    && batch.column_by_name(f.name()).is_none()
+            })
+            .map(|f| crate::spec::fixed_width_bytes(f.data_type()))
+            .sum::<u128>()
+            .saturating_mul(batch.num_rows() as u128);
+        if fill > limit as u128 {
+            return Err(PluginError::OutputTooLarge {
+                plugin: self.label.clone(),
+                what: "null columns to fill",
+                size: usize::try_from(fill).unwrap_or(usize::MAX),
+                limit,
+            });
+        }
         assemble(&declared.schema, batch, &derived).map_err(malformed)
     }
 
@@ -638,7 +867,7 @@ impl LoadedPlugin {
     /// JSON document with the plugin's `reduce`. The document is checked (one
     /// JSON value, within [`PluginLimits::reduce_output_bytes`]) but not
     /// built: it is returned as raw JSON text.
-    pub fn reduce(
+    fn reduce(
         &self,
         query: &str,
         rows: &RecordBatch,
@@ -668,11 +897,7 @@ impl LoadedPlugin {
 
     /// What the add pipeline runs: `transform` when the plugin declares one
     /// (it validates in the same call), else `validate`; the batch to store.
-    pub fn prepare(
-        &self,
-        batch: &RecordBatch,
-        now_micros: i64,
-    ) -> Result<RecordBatch, PluginError> {
+    fn prepare(&self, batch: &RecordBatch, now_micros: i64) -> Result<RecordBatch, PluginError> {
         if self.declaration().has_transform {
             self.transform(batch, now_micros)
         } else {
