@@ -9,6 +9,7 @@ mod fencing;
 mod fuzz;
 mod maintenance;
 mod plugins;
+mod promises;
 mod read;
 mod records;
 mod registry;

@@ -545,3 +545,175 @@ async fn upsert_inserts_or_replaces_by_secondary_key_and_patch_makes_a_new_versi
     assert!(err.to_string().contains("changes nothing"), "{err}");
     store.close().await.unwrap();
 }
+
+fn text_patch(text: &str) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("text", DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec![Some(text)]))],
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_current_version_keeps_its_predecessors_hidden() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    store
+        .upsert(&records(&[("v1", Some("e"), "one")], &[]))
+        .await
+        .unwrap();
+    store
+        .upsert(&records(&[("v2", Some("e"), "two")], &[]))
+        .await
+        .unwrap();
+    let v3 = store
+        .patch(&PatchTarget::Id("v2".into()), &text_patch("three"))
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    assert_eq!(
+        visible(&store, Visibility::default()).await,
+        std::slice::from_ref(&v3)
+    );
+    // Delete the current version: the chain stays hidden, nothing comes back.
+    assert_eq!(store.tombstone(&[&v3]).await.unwrap(), [true]);
+    assert!(visible(&store, Visibility::default()).await.is_empty());
+    assert_eq!(store.count(None).await.unwrap(), 0);
+    // An older version is still deletable by key (a lookup returns it).
+    assert!(store.get("v1").await.unwrap().is_some());
+    assert_eq!(store.tombstone(&["v1"]).await.unwrap(), [true]);
+    assert!(store.get("v1").await.unwrap().is_none());
+    // After a merge, the same.
+    store.merge().await.unwrap();
+    assert!(visible(&store, Visibility::default()).await.is_empty());
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_patches_of_one_record_never_fork_it() {
+    let (_dir, uri) = temp_uri();
+    let store = Arc::new(store(&uri).await);
+    store
+        .add(&records(&[("x", Some("ex"), "base")], &[]))
+        .await
+        .unwrap();
+    // Both build their version from the same current record, then write.
+    let a = store
+        .patch_version(&PatchTarget::Id("x".into()), &text_patch("a"), "xa")
+        .await
+        .unwrap()
+        .unwrap();
+    let b = store
+        .patch_version(&PatchTarget::Id("x".into()), &text_patch("b"), "xb")
+        .await
+        .unwrap()
+        .unwrap();
+    let (ra, rb) = tokio::join!(
+        store.add_new_versions(&a.row),
+        store.add_new_versions(&b.row)
+    );
+    let (won, lost) = match (ra, rb) {
+        (Ok(()), Err(e)) => ("xa", e),
+        (Err(e), Ok(())) => ("xb", e),
+        other => panic!("exactly one patch wins: {other:?}"),
+    };
+    assert_eq!(lost.kind(), ErrorKind::Conflict, "{lost}");
+    assert!(
+        matches!(problem(&lost), BatchProblem::NotCurrent { superseded_by: Some(by), .. } if by == won),
+        "{lost}"
+    );
+    assert_eq!(visible(&store, Visibility::default()).await, [won]);
+    // A plain add naming a superseded record is refused the same way.
+    let err = store
+        .add(&records(
+            &[("y", None, "")],
+            &[("supersedes_id", vec![Some("x")])],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_filter_string_reveals_a_hidden_row_before_or_after_a_merge() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let past = (NOW - 1).to_string();
+    store
+        .add(&records(
+            &[
+                ("live", None, ""),
+                ("expired", None, ""),
+                ("retired", None, ""),
+                ("old", None, ""),
+                ("new", None, ""),
+                ("gone", None, ""),
+            ],
+            &[
+                (
+                    "expires_at",
+                    vec![None, Some(past.as_str()), None, None, None, None],
+                ),
+                (
+                    "lifecycle_status",
+                    vec![
+                        Some("active"),
+                        Some("active"),
+                        Some("retired"),
+                        Some("active"),
+                        Some("active"),
+                        Some("active"),
+                    ],
+                ),
+                (
+                    "supersedes_id",
+                    vec![None, None, None, None, Some("old"), None],
+                ),
+            ],
+        ))
+        .await
+        .unwrap();
+    store.tombstone(&["gone"]).await.unwrap();
+    let hostile = [
+        "id = 'a') OR (1=1",
+        "1=1) OR (1=1",
+        "id = 'live' OR true",
+        "(id = 'x') OR content_type = 'application/vnd.lance-context.tombstone'",
+        "id IN ('expired', 'retired', 'old', 'gone')",
+    ];
+    for merged in [false, true] {
+        if merged {
+            store.merge().await.unwrap();
+        }
+        for filter in hostile {
+            let shown = store
+                .scan(ScanRequest::new().filter(filter).visibility(Visibility {
+                    now_micros: Some(NOW),
+                    ..Visibility::default()
+                }))
+                .await
+                .map(|b| ids(&b))
+                .unwrap_or_default();
+            for hidden in ["expired", "retired", "old", "gone"] {
+                assert!(
+                    !shown.contains(&hidden.to_string()),
+                    "merged {merged}: {filter:?} showed {hidden}: {shown:?}"
+                );
+            }
+        }
+        assert_eq!(
+            visible(
+                &store,
+                Visibility {
+                    now_micros: Some(NOW),
+                    ..Visibility::default()
+                }
+            )
+            .await,
+            ["live", "new"],
+            "merged {merged}"
+        );
+    }
+    store.close().await.unwrap();
+}

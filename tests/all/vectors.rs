@@ -240,3 +240,51 @@ async fn ivf_pq_l2_top_k_matches_brute_force() {
 async fn ivf_hnsw_cosine_top_k_matches_brute_force() {
     check(Metric::Cosine, VectorIndexKind::IvfHnswPq).await;
 }
+
+/// With few partitions probed, the base side returns fewer candidates; rows
+/// rewritten or deleted in unmerged generations must never be returned with
+/// their old vectors, and the k results must still be k when enough exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_with_few_probes_skips_rows_rewritten_or_deleted_since_the_base() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(config(&uri, Metric::L2, VectorIndexKind::IvfPq))
+        .await
+        .unwrap();
+    let mut rng = Lcg(9);
+    let all: Vec<Vec<f32>> = (0..400)
+        .map(|_| {
+            (0..DIM)
+                .map(|_| rng.below(1000) as f32 / 100.0 - 5.0)
+                .collect()
+        })
+        .collect();
+    store.add(&vectors_batch(0, &all)).await.unwrap();
+    store.merge().await.unwrap();
+    store.build_vector_index("embedding").await.unwrap();
+    // The query sits on v0007's vector; v0007 then moves far away (rewritten
+    // in a generation) and v0011 is deleted.
+    let query = all[7].clone();
+    let far = vec![1000.0; DIM as usize];
+    store.add(&vectors_batch(7, &[far])).await.unwrap();
+    store.delete(&["v0011"]).await.unwrap();
+    let mut search = VectorQuery::new("embedding", query.clone(), 10);
+    search.nprobes = Some(1); // far fewer than the ~20 partitions
+    let got = result_ids(&store.nearest(&search).await.unwrap());
+    assert_eq!(got.len(), 10, "{got:?}");
+    assert!(
+        !got.contains(&"v0011".to_string()),
+        "a deleted row: {got:?}"
+    );
+    if let Some(at) = got.iter().position(|id| id == "v0007") {
+        assert_eq!(at, 9, "v0007 is far now, never near the top: {got:?}");
+    }
+    // With every partition probed the answer is exact over what is live.
+    search.nprobes = Some(256);
+    search.refine_factor = Some(20);
+    let mut live = all.clone();
+    live[7] = vec![1000.0; DIM as usize];
+    let mut exact = brute_force(Metric::L2, &live, &query, 11);
+    exact.retain(|id| id != "v0011");
+    exact.truncate(10);
+    assert_eq!(result_ids(&store.nearest(&search).await.unwrap()), exact);
+}

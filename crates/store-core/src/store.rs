@@ -337,6 +337,28 @@ impl Store {
         self.engine.merge(None, Some(hook)).await
     }
 
+    /// Make this store's next WAL write fail as Lance reports a failed WAL
+    /// persistence (crash tests: the writer must reclaim and retry).
+    #[cfg(feature = "failpoints")]
+    pub fn fail_next_wal_write(&self) -> Result<()> {
+        self.engine
+            .writer()?
+            .fail_next_write
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Bytes this store has read from the base table's object store since
+    /// the last call (tests: a lookup through the key index reads little).
+    #[cfg(feature = "failpoints")]
+    pub async fn base_read_bytes(&self) -> u64 {
+        let dataset = self.engine.dataset.read().await.clone();
+        match dataset.object_store(None).await {
+            Ok(store) => store.io_stats_incremental().read_bytes,
+            Err(_) => 0,
+        }
+    }
+
     /// Apply the version retention policy now (maintenance runs it after
     /// merges and compactions, at most once per `retention.interval`); the
     /// number of versions removed.
@@ -449,6 +471,14 @@ impl Store {
         let (request, hide) = self.with_visibility(request)?;
         let view = self.engine.view().await?;
         let (plan, _) = plan_scan(&view, &self.schemas, &request, hide.as_ref()).await?;
+        Ok(displayable(plan.as_ref()).indent(true).to_string())
+    }
+
+    /// The plan a lookup of `ids` runs (operators and tests: a lookup probes
+    /// the base table through its key index when it has one).
+    pub async fn explain_lookup(&self, ids: &[&str]) -> Result<String> {
+        let view = self.engine.view().await?;
+        let plan = plan_lookup(&view, &self.schemas, ids, None).await?;
         Ok(displayable(plan.as_ref()).indent(true).to_string())
     }
 

@@ -58,6 +58,9 @@ pub(crate) struct Writer {
     tickets: AtomicU64,
     /// The highest ticket known visible (all puts up to it are in a generation).
     visible: Mutex<u64>,
+    /// Tests: make the next WAL write fail as a persistence failure.
+    #[cfg(feature = "failpoints")]
+    pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Clone, Copy)]
@@ -106,6 +109,8 @@ impl Writer {
             latched: std::sync::Mutex::new(None),
             tickets: AtomicU64::new(0),
             visible: Mutex::new(0),
+            #[cfg(feature = "failpoints")]
+            fail_next_write: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -192,6 +197,13 @@ impl Writer {
         let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
             message: "the store is closed".to_string(),
         })?;
+        #[cfg(feature = "failpoints")]
+        if self.fail_next_write.swap(false, Ordering::SeqCst) {
+            return Err(Error::Fenced {
+                shard: self.shard,
+                reason: FenceReason::PersistenceFailure,
+            });
+        }
         match op {
             WriteOp::Put(chunks) => {
                 for chunk in chunks {

@@ -1,0 +1,383 @@
+//! The engine's promises under concurrent operators: two handles merging one
+//! shard, a fenced handle, a killed merge, cleanup by short-lived processes,
+//! readers holding an older snapshot, backpressure, retention, lookups
+//! through the key index, group commit, a persistence failure.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lance_context_store::{
+    ErrorKind, KeyIndex, MergeHook, RetentionSettings, ScanRequest, SortKey, Store, StoreConfig,
+};
+use tokio::sync::Notify;
+
+use crate::support::*;
+
+const GRACE: Duration = Duration::from_millis(50);
+
+fn manual(uri: &str) -> StoreConfig {
+    let mut config = config(uri).with_manual_maintenance();
+    config.merge.cleanup_grace = GRACE;
+    config
+}
+
+/// A hook that pauses the merge before the commit of the pass ending at
+/// `generation`: `reached` is notified there, and the merge waits for
+/// `resume`.
+fn pause_before(generation: u64, reached: Arc<Notify>, resume: Arc<Notify>) -> MergeHook {
+    Arc::new(move |_first, last| {
+        let (reached, resume) = (reached.clone(), resume.clone());
+        Box::pin(async move {
+            if last == generation {
+                reached.notify_one();
+                resume.notified().await;
+            }
+        })
+    })
+}
+
+async fn value(store: &Store, id: &str) -> Option<Row> {
+    store.get(id).await.unwrap().map(|b| decode(&b).remove(0))
+}
+
+/// The sequence of the review: handle A merges generations 1..2 (2 deletes
+/// K) and stops before committing the delete; K is re-added (3) through
+/// handle B, which claims the instance (fencing A) and merges everything;
+/// then A's commit goes ahead. It must be refused as a whole: K stays, with
+/// its newest value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_merge_commit_cannot_undo_an_acknowledged_write() {
+    let (_dir, uri) = temp_uri();
+    let a = Arc::new(Store::create(manual(&uri)).await.unwrap());
+    a.add(&batch(&[Row::new("K", "v1", 1)])).await.unwrap(); // generation 1
+    a.delete(&["K"]).await.unwrap(); // generation 2
+
+    let (reached, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let merging = tokio::spawn({
+        let a = a.clone();
+        let hook = pause_before(2, reached.clone(), resume.clone());
+        async move { a.merge_with_hook(hook).await }
+    });
+    reached.notified().await; // A: pass 1..1 committed, the delete pass waits
+
+    let b = Store::open(manual(&uri)).await.unwrap(); // same instance: A is fenced
+    b.add(&batch(&[Row::new("K", "v2", 2)])).await.unwrap(); // generation 3
+    let merged = b.merge().await.unwrap();
+    assert_eq!(merged.merged_up_to, Some(3), "{merged:?}");
+    assert_eq!(value(&b, "K").await.unwrap().grp, "v2");
+
+    resume.notify_one();
+    let stale = merging.await.unwrap().unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::Conflict, "{stale}");
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(
+        value(&reader, "K").await.map(|r| r.grp),
+        Some("v2".to_string()),
+        "the acknowledged re-add survived"
+    );
+    // A fenced handle does not merge at all any more.
+    assert!(a.merge().await.unwrap_err().is_fenced());
+}
+
+/// The same without deletes: a range merged in several passes, the later
+/// pass stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_upsert_pass_cannot_overwrite_a_newer_value() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.batch_budget_bytes = 1; // one generation per pass
+    let a = Arc::new(Store::create(config.clone()).await.unwrap());
+    for g in 1..=3 {
+        a.add(&batch(&[Row::new(format!("k{g}"), "old", g)]))
+            .await
+            .unwrap();
+    }
+    let (reached, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let merging = tokio::spawn({
+        let a = a.clone();
+        let hook = pause_before(3, reached.clone(), resume.clone());
+        async move { a.merge_with_hook(hook).await }
+    });
+    reached.notified().await;
+    let b = Store::open(config).await.unwrap();
+    b.add(&batch(&[Row::new("k3", "new", 9)])).await.unwrap();
+    b.merge().await.unwrap();
+    resume.notify_one();
+    assert_eq!(
+        merging.await.unwrap().unwrap_err().kind(),
+        ErrorKind::Conflict
+    );
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(value(&reader, "k3").await.unwrap().grp, "new");
+    assert_eq!(reader.count(None).await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_from_the_base_before_a_merge_is_gone_from_scan_and_count() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    store.add(&batch(&rows("b", "g", 10))).await.unwrap();
+    store.merge().await.unwrap();
+    store.delete(&["b-00003", "b-00007"]).await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 8);
+    assert_eq!(store.count(Some("grp = 'g'")).await.unwrap(), 8);
+    let all = ids(&store.scan(ScanRequest::new()).await.unwrap());
+    assert!(!all.contains(&"b-00003".to_string()) && all.len() == 8);
+    // Re-added after the delete, before any merge: counted once.
+    store
+        .add(&batch(&[Row::new("b-00003", "back", 1)]))
+        .await
+        .unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 9);
+    store.merge().await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 9);
+}
+
+/// `get` itself probes the base table through the key index: it reads a
+/// small fraction of what the same lookup reads without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_go_through_the_key_index() {
+    let mut read = Vec::new();
+    for key_index in [KeyIndex::BTree, KeyIndex::None] {
+        let (_dir, uri) = temp_uri();
+        let mut config = manual(&uri);
+        config.indexes.key_index = key_index;
+        let store = Store::create(config).await.unwrap();
+        let mut all = rows("k", "g", 20_000);
+        for r in &mut all {
+            r.note = Some("n".repeat(100));
+        }
+        store.add(&batch(&all)).await.unwrap();
+        store.merge().await.unwrap();
+        store.get("k-00001").await.unwrap(); // warm metadata caches
+        store.base_read_bytes().await;
+        let row = store.get("k-17007").await.unwrap().expect("found");
+        assert_eq!(decode(&row)[0].n, 17007);
+        read.push(store.base_read_bytes().await);
+    }
+    let (indexed, scanned) = (read[0], read[1]);
+    eprintln!("lookup read {indexed} bytes through the index, {scanned} without");
+    assert!(
+        indexed * 5 < scanned,
+        "through the index {indexed} bytes, without {scanned} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_share_one_generation() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    // Every put waits for the same WAL flush, so all are durable before the
+    // first freeze: one freeze (one generation) covers them all.
+    config.writer.wal_flush_interval = Duration::from_millis(200);
+    let store = Arc::new(Store::create(config).await.unwrap());
+    let before = generations(&store).await;
+    let adds: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .add(&batch(&rows(&format!("c{i}"), "g", 5)))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for add in adds {
+        add.await.unwrap();
+    }
+    assert_eq!(generations(&store).await - before, 1);
+    assert_eq!(store.count(None).await.unwrap(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_wal_write_is_reclaimed_and_retried_once() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    store.fail_next_wal_write().unwrap();
+    store.add(&batch(&rows("p", "g", 3))).await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 3);
+    store.add(&batch(&rows("q", "g", 2))).await.unwrap();
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_waits_for_a_reader_holding_an_older_snapshot() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.cleanup_grace = Duration::from_secs(2);
+    let store = Store::create(config).await.unwrap();
+    for i in 0..4 {
+        store
+            .add(&batch(&rows(&format!("s{i}"), "g", 300)))
+            .await
+            .unwrap();
+    }
+    // A reader's view: base + the four generations, read slowly.
+    let mut stream = store
+        .scan_stream(ScanRequest::new().order_by(SortKey::asc("id")))
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    let merged = store.merge().await.unwrap();
+    assert_eq!(merged.generations_removed, 0, "inside the grace");
+    let mut seen = first.num_rows();
+    while let Some(batch) = stream.next().await {
+        seen += batch.unwrap().num_rows();
+    }
+    assert_eq!(seen, 1200, "the reader finished on its snapshot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_lived_processes_clean_up_after_the_grace() {
+    let (_dir, uri) = temp_uri();
+    // Each "process" opens, works, and closes (as every CLI command does).
+    for i in 0..3 {
+        let store = Store::open_or_create(manual(&uri)).await.unwrap();
+        store
+            .add(&batch(&rows(&format!("r{i}"), "g", 5)))
+            .await
+            .unwrap();
+        store.merge().await.unwrap();
+        store.close().await.unwrap();
+    }
+    tokio::time::sleep(GRACE * 3).await;
+    let store = Store::open(manual(&uri)).await.unwrap();
+    store.merge().await.unwrap();
+    // Every merged generation is gone, each removed by a later process.
+    let shard_dir = std::path::Path::new(&uri)
+        .join("_mem_wal")
+        .join(store.shard_id().to_string());
+    let left: Vec<String> = std::fs::read_dir(&shard_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("_gen_"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(store.count(None).await.unwrap(), 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_are_told_busy_when_merges_fall_behind() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.max_unmerged_generations = Some(3);
+    let store = Store::create(config).await.unwrap();
+    for i in 0..3 {
+        store
+            .add(&batch(&rows(&format!("b{i}"), "g", 2)))
+            .await
+            .unwrap();
+    }
+    let err = store.add(&batch(&rows("late", "g", 1))).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Busy, "{err}");
+    assert_eq!(store.count(None).await.unwrap(), 6, "nothing written");
+    store.merge().await.unwrap();
+    store.add(&batch(&rows("late", "g", 1))).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_the_versions_it_promises() {
+    let (_dir, uri) = temp_uri();
+    let config = manual(&uri).with_retention(RetentionSettings {
+        keep_versions: 3,
+        keep_for: Duration::ZERO,
+        interval: Duration::ZERO,
+    });
+    let store = Store::create(config).await.unwrap();
+    for i in 0..6 {
+        store
+            .add(&batch(&rows(&format!("v{i}"), "g", 5)))
+            .await
+            .unwrap();
+        store.merge().await.unwrap();
+    }
+    let stats = store.stats().await.unwrap();
+    assert!(stats.versions <= 4, "{stats:?}");
+    assert!(stats.bytes_on_disk > 0);
+    assert_eq!(store.count(None).await.unwrap(), 30);
+}
+
+/// Child entry point for `a_merge_killed_in_a_child_process_loses_nothing`:
+/// adds and merges forever, printing `ACK <prefix>` after each add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "child-process entry point; spawned by the merge-kill test"]
+async fn child_merger_entry() {
+    let uri = std::env::var("LC_TEST_MERGE_URI").expect("run by the merge-kill test");
+    let store = Store::open(manual(&uri)).await.unwrap();
+    for i in 0.. {
+        let prefix = format!("m{i:04}");
+        store
+            .add(&batch(&rows(&prefix, "child", 20)))
+            .await
+            .unwrap();
+        println!("ACK {prefix}");
+        if i % 2 == 1 {
+            store.merge().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_killed_in_a_child_process_loses_nothing() {
+    let (_dir, uri) = temp_uri();
+    Store::create(manual(&uri))
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let mut acked: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for (round, kill_after) in [5usize, 8, 11].into_iter().enumerate() {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "promises::child_merger_entry",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LC_TEST_MERGE_URI", &uri)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        for line in stdout.lines() {
+            if let Some(prefix) = line.unwrap().strip_prefix("ACK ") {
+                acked.entry(round).or_default().push(prefix.to_string());
+                if acked[&round].len() == kill_after {
+                    break;
+                }
+            }
+        }
+        // Killed mid-add or mid-merge (every other add is followed by one).
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Each round reuses the prefixes: newest wins, still 20 rows each.
+        let store = Store::open(manual(&uri)).await.unwrap();
+        let total = store.count(None).await.unwrap();
+        for prefix in &acked[&round] {
+            let n = store
+                .count(Some(&format!("id LIKE '{prefix}-%'")))
+                .await
+                .unwrap();
+            assert_eq!(n, 20, "round {round}: {prefix} after the kill");
+        }
+        assert_eq!(total % 20, 0, "adds are whole: {total}");
+        store.merge().await.unwrap();
+        assert_eq!(store.count(None).await.unwrap(), total);
+        let scanned = store
+            .scan(ScanRequest::new().project(["id"]))
+            .await
+            .unwrap();
+        assert_eq!(scanned.num_rows() as u64, total, "no key twice");
+        store.close().await.unwrap();
+    }
+}
