@@ -15,6 +15,8 @@ mod records;
 mod registry;
 mod sandbox;
 mod shards;
+mod soak;
 mod storage_options;
+mod torture;
 mod vectors;
 mod write;

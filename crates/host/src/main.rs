@@ -6,6 +6,7 @@
 mod bench;
 mod bench_plugins;
 mod store_cli;
+mod torture;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -49,6 +50,13 @@ enum Command {
     },
     /// Benchmark adds, merge and point lookups (key index vs full scan).
     Bench(bench::BenchArgs),
+    /// Seeded crash trials: a writer (and an operator's maintenance) killed at
+    /// random moments, then every acknowledged write checked.
+    Torture(torture::TortureArgs),
+    #[command(hide = true)]
+    TortureWriter(torture::WorkerArgs),
+    #[command(hide = true)]
+    TortureMaintainer(torture::WorkerArgs),
     /// Count rows (newest version per key).
     Count {
         #[command(flatten)]
@@ -302,6 +310,9 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => demo(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Torture(args) => torture::run(args).await,
+        Command::TortureWriter(args) => torture::writer(args).await,
+        Command::TortureMaintainer(args) => torture::maintainer(args).await,
         Command::BenchPlugins(args) => bench_plugins::run(args).await,
         Command::Plugin { command } => plugin_command(command),
         Command::Store(args) => store_cli::run(args).await,

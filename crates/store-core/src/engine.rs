@@ -425,7 +425,22 @@ impl Engine {
 
     /// After a merge or compaction: create the key index if missing, and extend
     /// every index over fragments it does not cover yet.
+    /// Index work is idempotent: a commit that lost a race with another
+    /// handle's (typed `Conflict`) is redone on the newer version, a few times.
     pub async fn refresh_indexes(&self) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            match self.refresh_indexes_once().await {
+                Err(Error::Conflict { .. }) if attempt < 4 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn refresh_indexes_once(&self) -> Result<()> {
         self.ensure_key_index().await?;
         let dataset = self.fresh_dataset().await?;
         let stats = index_stats(&dataset).await?;

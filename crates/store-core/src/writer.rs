@@ -197,6 +197,26 @@ impl Writer {
         let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
             message: "the store is closed".to_string(),
         })?;
+        match self.put_and_publish_on(writer, op).await {
+            Ok(()) => Ok(()),
+            Err(err) => Err(self.fenced_or(writer, err).await),
+        }
+    }
+
+    /// A write that failed for another reason may have failed because a peer
+    /// claimed the shard (Lance reports some of those, e.g. from a flush, as
+    /// I/O errors): ask the shard's manifest, whose answer is typed.
+    async fn fenced_or(&self, writer: &ShardWriter, err: Error) -> Error {
+        if err.is_fenced() {
+            return err;
+        }
+        match writer.manifest_store().check_fenced(writer.epoch()).await {
+            Err(e) if e.fence_reason().is_some() => self.classify("writing to the shard", e),
+            _ => err,
+        }
+    }
+
+    async fn put_and_publish_on(&self, writer: &ShardWriter, op: WriteOp<'_>) -> Result<()> {
         #[cfg(feature = "failpoints")]
         if self.fail_next_write.swap(false, Ordering::SeqCst) {
             return Err(Error::Fenced {

@@ -1,0 +1,28 @@
+//! The CI-sized run of the crash trials (`lance-context torture`): as many
+//! seeded trials as fit in the time budget, at least 50, with a fresh base
+//! seed each run (printed, so a failure can be replayed with `--seed`).
+
+#[test]
+fn crash_trials_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let seconds = std::env::var("LC_TORTURE_SECONDS").unwrap_or_else(|_| "240".into());
+    let (code, out, err) = crate::sandbox::cli(
+        dir.path(),
+        &[
+            "torture",
+            "--trials",
+            "100000",
+            "--min-trials",
+            "50",
+            "--max-seconds",
+            &seconds,
+        ],
+        "",
+    );
+    println!("{out}");
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("rows lost: 0, deletes undone: 0, keys duplicated: 0"),
+        "{out}"
+    );
+}
