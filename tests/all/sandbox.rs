@@ -293,6 +293,44 @@ async fn plugin_output_is_untrusted_input() {
         problems.iter().any(|p| p.field == "columns[1].type"),
         "{err}"
     );
+    // A named query's filter is a plain predicate: no SQL function runs.
+    let err = rt
+        .load("hostile", &bytes("test_hostile"), params(&[("sql", "1")]))
+        .unwrap_err();
+    assert!(
+        matches!(&err, PluginError::InvalidDeclaration { problems, .. }
+            if problems.iter().any(|p| p.field == "queries[0].filter" && p.message.contains("repeat"))),
+        "{err}"
+    );
+    // Columns a transform leaves out are filled with nulls within the cap.
+    let wide = rt
+        .load("hostile", &bytes("test_hostile"), params(&[("wide", "1")]))
+        .unwrap();
+    let many: Vec<&str> = vec!["count"; 100];
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("mode", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                (0..100).map(|i| format!("r{i}")),
+            )),
+            Arc::new(StringArray::from(many)),
+        ],
+    )
+    .unwrap();
+    let err = wide.transform(&batch, 0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PluginError::OutputTooLarge {
+                what: "null columns to fill",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = rt
         .load("hostile", &bytes("test_hostile"), params(&[("abi", "99")]))
         .unwrap_err();

@@ -225,8 +225,10 @@ impl StoreArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Lance's futures are deep; 8 MiB per worker as for the main thread.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(8 << 20)
         .build()
     {
         Ok(rt) => rt,

@@ -224,7 +224,7 @@ impl Engine {
         {
             ctx.hook = hook;
         }
-        let mut stats = merge_shard(ctx).await?;
+        let mut stats = Box::pin(merge_shard(ctx)).await?;
         if stats.generations_merged > 0 {
             // New base fragments: bring the indexes over them.
             self.refresh_indexes().await?;
@@ -256,7 +256,7 @@ impl Engine {
                 .map_err(conflict)?;
             claimed.close().await.map_err(conflict)?;
             let fresh = Arc::new(self.opener.open().await?);
-            merge_shard(self.merge_context(fresh, other, None, None))
+            Box::pin(merge_shard(self.merge_context(fresh, other, None, None)))
                 .await
                 .map_err(conflict)?;
         }
@@ -725,7 +725,7 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
                 let Some(threshold) = engine.settings.merge.generation_threshold else { continue };
                 let result = async {
                     if engine.own_pending_generations().await? >= threshold {
-                        engine.merge(None, #[cfg(feature = "failpoints")] None).await?;
+                        Box::pin(engine.merge(None, #[cfg(feature = "failpoints")] None)).await?;
                     }
                     Ok(())
                 }.await;
@@ -734,7 +734,7 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
             _ = tick(&mut merge_tick) => {
                 let result = async {
                     if engine.own_pending_generations().await? > 0 {
-                        engine.merge(None, #[cfg(feature = "failpoints")] None).await?;
+                        Box::pin(engine.merge(None, #[cfg(feature = "failpoints")] None)).await?;
                     }
                     Ok(())
                 }.await;

@@ -218,7 +218,15 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
         if i == last {
             ctx.failpoint(MergeFailpoint::BeforeCommit)?;
         }
-        dataset = merge_pass(&ctx, dataset, pass, manifest.as_ref(), &mut stats).await?;
+        // Boxed: the pass's future is large, and merges run on worker threads.
+        dataset = Box::pin(merge_pass(
+            &ctx,
+            dataset,
+            pass,
+            manifest.as_ref(),
+            &mut stats,
+        ))
+        .await?;
         stats.generations_merged += pass.len();
         stats.merged_up_to = pass.last().map(|p| p.sstable.generation);
     }
@@ -229,7 +237,13 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
             .unwrap_or_else(|p| p.into_inner()) = Some(std::time::SystemTime::now());
         ctx.failpoint(MergeFailpoint::AfterCommit)?;
     }
-    crate::cleanup::cleanup_shard(&ctx, &dataset, stats.merged_up_to, &mut stats).await?;
+    Box::pin(crate::cleanup::cleanup_shard(
+        &ctx,
+        &dataset,
+        stats.merged_up_to,
+        &mut stats,
+    ))
+    .await?;
     Ok(stats)
 }
 

@@ -179,7 +179,7 @@ impl Store {
             true => {
                 if config.shard_policy == ShardPolicy::SingleWriter {
                     let dataset = engine.fresh_dataset().await?;
-                    engine.take_over_other_shards(&dataset).await?;
+                    Box::pin(engine.take_over_other_shards(&dataset)).await?;
                 }
                 engine.ensure_key_index().await?;
                 Background::start(&engine)

@@ -29,7 +29,9 @@
 //! Describe-only parameters: `abi` sets the ABI version it claims; `broken`
 //! declares a schema breaking several rules at once; `giant` declares a
 //! `FixedSizeList(2147483647 x Float32)` column; `many-blobs` declares 5000
-//! blob columns.
+//! blob columns; `sql` declares a named query whose filter calls a SQL
+//! function; `wide` adds a nullable `FixedSizeList(65536 x Float64)` column
+//! (512 KiB of nulls per row when a transform leaves it out).
 
 #[cfg(target_arch = "wasm32")]
 mod component {
@@ -235,6 +237,25 @@ mod component {
                     Field::new("v", DataType::FixedSizeList(item, i32::MAX), true),
                 ]);
                 return decl(&giant, abi, false);
+            }
+            if param("sql").is_some() {
+                let mut d = decl(&schema(), abi, true)?;
+                d.queries = vec![lance_context_plugin::bindings::lance_context::plugin::types::NamedQuery {
+                    name: "expensive".into(),
+                    description: String::new(),
+                    params: vec![],
+                    filter: "repeat(id, 50000000) <> ''".into(),
+                    order_by: vec![],
+                    reduce: false,
+                }];
+                return Ok(d);
+            }
+            if param("wide").is_some() {
+                let item = Arc::new(Field::new("item", DataType::Float64, true));
+                let mut fields: Vec<Field> =
+                    schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(Field::new("w", DataType::FixedSizeList(item, 65536), true));
+                return decl(&Schema::new(fields), abi, true);
             }
             if param("many-blobs").is_some() {
                 let mut d = decl(&schema(), abi, false)?;
