@@ -5,7 +5,7 @@
 #[test]
 fn crash_trials_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let seconds = std::env::var("LC_TORTURE_SECONDS").unwrap_or_else(|_| "240".into());
+    let seconds = std::env::var("LC_TORTURE_SECONDS").unwrap_or_else(|_| "150".into());
     let (code, out, err) = crate::sandbox::cli(
         dir.path(),
         &[

@@ -240,20 +240,25 @@ mod component {
             }
             if param("sql").is_some() {
                 let mut d = decl(&schema(), abi, true)?;
-                d.queries = vec![lance_context_plugin::bindings::lance_context::plugin::types::NamedQuery {
-                    name: "expensive".into(),
-                    description: String::new(),
-                    params: vec![],
-                    filter: "repeat(id, 50000000) <> ''".into(),
-                    order_by: vec![],
-                    reduce: false,
-                }];
+                d.queries = vec![
+                    lance_context_plugin::bindings::lance_context::plugin::types::NamedQuery {
+                        name: "expensive".into(),
+                        description: String::new(),
+                        params: vec![],
+                        filter: "repeat(id, 50000000) <> ''".into(),
+                        order_by: vec![],
+                        reduce: false,
+                    },
+                ];
                 return Ok(d);
             }
             if param("wide").is_some() {
                 let item = Arc::new(Field::new("item", DataType::Float64, true));
-                let mut fields: Vec<Field> =
-                    schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                let mut fields: Vec<Field> = schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
                 fields.push(Field::new("w", DataType::FixedSizeList(item, 65536), true));
                 return decl(&Schema::new(fields), abi, true);
             }
