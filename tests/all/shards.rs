@@ -126,3 +126,58 @@ async fn an_unreplayed_wal_tail_of_another_instance_is_taken_over() {
         "the replayed tail survived"
     );
 }
+
+/// The review's sequence: a fenced `a` reclaims while `b` still writes. Until
+/// `a` has taken `b`'s shard over, `a` must refuse adds — otherwise both
+/// acknowledge writes of one key through two shards, and `b`'s newer value
+/// (merged into the base by the takeover) is hidden by `a`'s older one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_acknowledges_nothing_until_the_other_writer_is_fenced() {
+    let (_dir, uri) = temp_uri();
+    let manual = |instance: &str| {
+        config(&uri)
+            .with_instance_id(instance)
+            .with_manual_maintenance()
+    };
+    let a = std::sync::Arc::new(Store::create(manual("a")).await.unwrap());
+    a.add(&batch(&[Row::new("K", "v1", 1)])).await.unwrap();
+    let b = std::sync::Arc::new(Store::open(manual("b")).await.unwrap());
+    assert!(
+        a.add(&batch(&[Row::new("K", "v2", 2)]))
+            .await
+            .unwrap_err()
+            .is_fenced()
+    );
+    let during = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let hook: lance_context_store::ReclaimHook = Box::new({
+        let (a, b, during) = (a.clone(), b.clone(), during.clone());
+        move || {
+            Box::pin(async move {
+                // a has its shard back but b is still live.
+                let by_a = a.add(&batch(&[Row::new("K", "v3", 3)])).await;
+                let by_b = b.add(&batch(&[Row::new("K", "v4", 4)])).await;
+                *during.lock().unwrap() = Some((by_a.map(|_| ()), by_b.map(|_| ())));
+            })
+        }
+    });
+    a.reclaim_with_hook(hook).await.unwrap();
+    let (by_a, by_b) = during.lock().unwrap().take().unwrap();
+    let err = by_a.expect_err("a acknowledged an add while b could still write");
+    assert!(err.is_fenced(), "{err:?}");
+    by_b.expect("b was still the writer");
+    // b's acknowledged value is the newest, and b is fenced now.
+    assert_eq!(decode(&a.get("K").await.unwrap().unwrap())[0].grp, "v4");
+    assert!(
+        b.add(&batch(&[Row::new("K", "v5", 5)]))
+            .await
+            .unwrap_err()
+            .is_fenced()
+    );
+    a.add(&batch(&[Row::new("K", "v6", 6)])).await.unwrap();
+    let all = a
+        .scan(lance_context_store::ScanRequest::new())
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), ["K"]);
+    assert_eq!(decode(&all)[0].grp, "v6");
+}

@@ -33,6 +33,17 @@ pub struct BenchArgs {
     /// Point lookups per method.
     #[arg(long, default_value_t = 50)]
     lookups: usize,
+    /// Also compare a store with every record capability against a plain
+    /// one at this many rows (0: skip).
+    #[arg(long, default_value_t = 0)]
+    records_rows: usize,
+    /// Also measure disk use after this many add+merge rounds under each
+    /// retention setting (0: skip).
+    #[arg(long, default_value_t = 0)]
+    retention_merges: usize,
+    /// Skip the add/merge/lookup section (run only the sections asked for).
+    #[arg(long)]
+    skip_core: bool,
 }
 
 fn schema() -> SchemaRef {
@@ -90,6 +101,27 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let uri = std::fs::canonicalize(&args.data)?
         .to_string_lossy()
         .into_owned();
+    let dir = std::path::PathBuf::from(&uri);
+    if !args.skip_core {
+        core(&args, &uri).await?;
+    }
+    if args.records_rows > 0 {
+        crate::bench_records::run(
+            &dir.join("records"),
+            args.records_rows,
+            args.batch,
+            args.lookups,
+        )
+        .await?;
+    }
+    if args.retention_merges > 0 {
+        crate::bench_records::retention(&dir.join("retention"), args.retention_merges).await?;
+    }
+    Ok(())
+}
+
+async fn core(args: &BenchArgs, uri: &str) -> Result<()> {
+    let uri = format!("{uri}/core");
     let schema = schema();
     let budget = args.merge_budget_mib << 20;
     let mut config = StoreConfig::new(&uri)

@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_plugins;
+mod bench_records;
 mod store_cli;
 mod torture;
 

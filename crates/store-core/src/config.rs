@@ -167,10 +167,11 @@ impl StoreConfig {
 /// read back twice. This policy says how the engine guards against that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ShardPolicy {
-    /// The default: one writing instance per dataset at a time. Opening a writer
-    /// is refused with [`crate::Error::ShardConflict`] while any *other* shard
-    /// holds generations not yet merged into the base table (for example after
-    /// an instance was renamed), because the two shards could hold the same key.
+    /// The default: one writing instance per dataset at a time. Opening (or
+    /// reclaiming) a writer takes every *other* shard over — claims it,
+    /// fencing any writer still on it, replays its WAL tail and merges it —
+    /// because two shards could hold the same key; when that fails the open
+    /// is refused with [`crate::Error::ShardConflict`].
     #[default]
     SingleWriter,
     /// Several instances write the dataset at once, each through its own shard.
@@ -186,10 +187,13 @@ pub struct WriterSettings {
     /// flush, so this bounds the durability part of an add's latency. Lance's
     /// default is 100 ms; ours is 5 ms. Must be > 0.
     pub wal_flush_interval: Duration,
-    /// Largest number of rows one memtable holds. An add with more rows is
-    /// written as several puts; a reader may see a prefix of such an add
-    /// before it returns (a full memtable is flushed as it fills), and a crash
-    /// part-way can leave a prefix durable.
+    /// Largest number of rows one memtable holds, and so one atomic write.
+    /// An add (or delete) with more rows is written as several puts; a reader
+    /// may see a prefix of such an add before it returns (a full memtable is
+    /// flushed as it fills), and a crash part-way can leave a prefix durable
+    /// (retrying the add is safe: newest wins). With record capabilities, rows
+    /// that must become visible together — a new version and the record it
+    /// supersedes, rows sharing a key — always go into the same put.
     pub max_memtable_rows: usize,
     /// Bytes of unflushed memtables before writes are held back.
     pub max_unflushed_bytes: usize,
@@ -209,7 +213,8 @@ impl Default for WriterSettings {
 #[derive(Debug, Clone)]
 pub struct MergeSettings {
     /// Bytes of rows the merge holds in memory at once. A merge of more is done
-    /// in several passes; only the last one records the generations as merged.
+    /// in several passes, each an atomic commit recording its own last
+    /// generation as merged.
     pub batch_budget_bytes: usize,
     /// Merge when this instance's shard has at least this many unmerged
     /// generations (checked after each add). `None` = no count trigger.
@@ -218,9 +223,12 @@ pub struct MergeSettings {
     pub interval: Option<Duration>,
     /// How long merged generations and replayed WAL entries are kept after the
     /// merge, for readers still holding an older snapshot: set it above the
-    /// longest read. Must be greater than zero (zero would delete what a
-    /// running read is about to open). Measured from the merge's commit, as
-    /// recorded beside the dataset, so any process's maintenance honours it.
+    /// longest read, streamed scans included. Must be greater than zero (zero
+    /// would delete what a running read is about to open). Measured from the
+    /// merge's commit, as recorded beside the dataset, so any process's
+    /// maintenance honours it. Default 15 minutes, as long as retention keeps
+    /// old base versions (`RetentionSettings::keep_for`): a read that may run
+    /// that long keeps both what it opened in the base and in the WAL tier.
     pub cleanup_grace: Duration,
     /// Unmerged generations of this instance's shard beyond which `add`
     /// answers `Busy` instead of writing (merges are failing or cannot keep
@@ -234,7 +242,7 @@ impl Default for MergeSettings {
             batch_budget_bytes: 64 << 20,
             generation_threshold: Some(16),
             interval: Some(Duration::from_secs(30)),
-            cleanup_grace: Duration::from_secs(60),
+            cleanup_grace: Duration::from_secs(15 * 60),
             max_unmerged_generations: Some(256),
         }
     }

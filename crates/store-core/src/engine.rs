@@ -112,6 +112,9 @@ pub struct StoreStats {
     pub unmerged_rows: u64,
     /// Bytes (as the writer measured them) of unmerged generations.
     pub unmerged_bytes: u64,
+    /// Bytes of the data files the base table's current version references:
+    /// what the store would hold with no history, WAL or indexes.
+    pub base_data_bytes: u64,
 }
 
 pub(crate) struct Engine {
@@ -167,14 +170,33 @@ impl Engine {
     }
 
     /// A consistent read view: base snapshot, then shard manifests.
+    ///
+    /// The two reads are not atomic: a reader that pauses between them longer
+    /// than the cleanup grace could see a base without a merge and a manifest
+    /// without the generations it merged. A shard whose listing starts past
+    /// the base's marker says so; the view is then taken again if the base
+    /// has moved meanwhile.
     pub async fn view(&self) -> Result<ReadView> {
-        let dataset = self.fresh_dataset().await?;
-        let shards = shard_snapshots(&dataset).await?;
-        Ok(ReadView {
-            dataset,
-            shards,
-            generations: self.generations.clone(),
-        })
+        let mut attempts = 0;
+        loop {
+            let dataset = self.fresh_dataset().await?;
+            let shards = shard_snapshots(&dataset).await?;
+            attempts += 1;
+            if attempts < 4 && shards.iter().any(|s| s.gap) {
+                let latest = dataset
+                    .latest_version_id()
+                    .await
+                    .ctx("checking for a newer dataset version")?;
+                if latest != dataset.version().version {
+                    continue;
+                }
+            }
+            return Ok(ReadView {
+                dataset,
+                shards,
+                generations: self.generations.clone(),
+            });
+        }
     }
 
     /// A fresh dataset for the writer's persistence-failure retry.
@@ -525,14 +547,28 @@ impl Engine {
             .object_store(None)
             .await
             .ctx("opening the object store")?;
-        let mut bytes_on_disk = 0u64;
-        let mut listing = store.list(Some(dataset.branch_location().path));
+        let current: std::collections::HashSet<&str> = fragments
+            .iter()
+            .flat_map(|f| f.files.iter().map(|file| file.path.as_str()))
+            .collect();
+        let root = dataset.branch_location().path;
+        let data_dir = root.clone().join("data");
+        let (mut bytes_on_disk, mut base_data_bytes) = (0u64, 0u64);
+        let mut listing = store.list(Some(root));
         while let Some(meta) = futures::StreamExt::next(&mut listing).await {
-            bytes_on_disk += meta.ctx("listing the store's objects")?.size;
+            let meta = meta.ctx("listing the store's objects")?;
+            bytes_on_disk += meta.size;
+            if let Some(mut rest) = meta.location.prefix_match(&data_dir)
+                && let (Some(name), None) = (rest.next(), rest.next())
+                && current.contains(name.as_ref())
+            {
+                base_data_bytes += meta.size;
+            }
         }
         Ok(StoreStats {
             versions,
             bytes_on_disk,
+            base_data_bytes,
             unmerged_rows: shards.iter().map(|s| s.unmerged_rows).sum(),
             unmerged_bytes: shards.iter().map(|s| s.unmerged_bytes).sum(),
             version: dataset.version().version,

@@ -115,6 +115,16 @@ pub enum BatchProblem {
         value: String,
         superseded_by: Option<String>,
     },
+    /// Rows that must become visible together (versions of one record
+    /// written in one batch, linked through `supersedes_id`, or rows with
+    /// the same key) are more than one atomic write can hold
+    /// (`WriterSettings::max_memtable_rows`). Split the chain over batches.
+    LinkedRowsTooMany {
+        column: String,
+        row: usize,
+        rows: usize,
+        max: usize,
+    },
 }
 
 impl BatchProblem {
@@ -135,7 +145,8 @@ impl BatchProblem {
             | Self::AlreadyExists { column, .. }
             | Self::MissingSecondaryKey { column, .. }
             | Self::Ambiguous { column, .. }
-            | Self::NotCurrent { column, .. } => Some(column),
+            | Self::NotCurrent { column, .. }
+            | Self::LinkedRowsTooMany { column, .. } => Some(column),
         }
     }
 
@@ -151,7 +162,8 @@ impl BatchProblem {
             | Self::AlreadyExists { row, .. }
             | Self::MissingSecondaryKey { row, .. }
             | Self::Ambiguous { row, .. }
-            | Self::NotCurrent { row, .. } => Some(*row),
+            | Self::NotCurrent { row, .. }
+            | Self::LinkedRowsTooMany { row, .. } => Some(*row),
             _ => None,
         }
     }
@@ -227,6 +239,17 @@ impl fmt::Display for BatchProblem {
                 ),
                 None => write!(f, "row {row}: {column} '{value}' names no current record"),
             },
+            Self::LinkedRowsTooMany {
+                column,
+                row,
+                rows,
+                max,
+            } => write!(
+                f,
+                "row {row}: {rows} rows linked through {column} (or sharing a key) must be \
+                 written together, more than one atomic write holds ({max} rows); split the \
+                 chain over several batches"
+            ),
         }
     }
 }

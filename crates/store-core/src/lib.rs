@@ -100,7 +100,7 @@ pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
 pub use id::{generate_id, shard_id_for_instance};
 pub use merge::MergeStats;
 #[cfg(feature = "failpoints")]
-pub use merge::{MergeFailpoint, MergeHook};
+pub use merge::{MergeFailpoint, MergeHook, ReclaimHook};
 pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility, check_plain_predicate};
 pub use records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};

@@ -9,9 +9,13 @@
 //! last generation it covers — in the same transaction as its data. Two
 //! handles merging one shard (a blue/green deploy, an operator's `merge`
 //! beside a service, a fenced writer whose merge is still running) can each
-//! commit only passes that move the marker forward: a pass computed from a
-//! range another handle has since merged past is refused as a whole, so it
-//! can neither overwrite a newer row nor delete a key re-added later.
+//! commit only passes that move the marker forward: a pass whose last
+//! generation another handle has since merged past is refused as a whole, so
+//! it can neither overwrite a newer row nor delete a key re-added later. A
+//! pass that only partly overlaps a pass committed meanwhile (its last
+//! generation is past the recorded marker) is accepted, and is harmless: it
+//! writes the newest version of each key up to its own last generation, which
+//! is newer than anything the other pass wrote.
 //!
 //! # A pass
 //! 1. The pass's generations (consecutive, above the marker, together within
@@ -112,6 +116,12 @@ pub type MergeHook = Arc<
         + Send
         + Sync,
 >;
+
+/// A pause a test can put inside `reclaim` (failpoints feature): awaited
+/// after the shard is claimed, before the other shards are taken over.
+#[cfg(feature = "failpoints")]
+pub type ReclaimHook =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
 /// Everything the merge needs from the store.
 pub(crate) struct MergeContext<'a> {

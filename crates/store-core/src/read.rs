@@ -49,6 +49,11 @@ pub(crate) struct ShardView {
     /// Their rows and bytes as the writer measured them (0 where unmeasured).
     pub unmerged_rows: u64,
     pub unmerged_bytes: u64,
+    /// The manifest no longer lists the generation right after the base's
+    /// marker: cleanup removed generations this base snapshot does not hold
+    /// yet (the base moved on while this reader paused), or the numbering
+    /// skips. The engine re-reads the base when the base has moved.
+    pub gap: bool,
 }
 
 /// The snapshots of every shard, with merged generations left out.
@@ -98,6 +103,13 @@ pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>>
                 .iter()
                 .filter(|s| s.generation > merged_up_to)
                 .collect();
+            let lowest = manifest
+                .sstables
+                .iter()
+                .map(|s| s.generation)
+                .min()
+                .unwrap_or(manifest.current_generation);
+            let gap = lowest > merged_up_to + 1;
             let unmerged_rows = pending.iter().filter_map(|s| s.physical_rows).sum();
             let unmerged_bytes = pending.iter().filter_map(|s| s.in_memory_bytes).sum();
             let mut sstables: Vec<(u64, String)> = pending
@@ -114,6 +126,7 @@ pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>>
                 sstables,
                 unmerged_rows,
                 unmerged_bytes,
+                gap,
             }))
         }
     });

@@ -550,17 +550,18 @@ impl Store {
         }
         let rows = RecordBatch::try_new(schema, columns)?;
         let rows = self.with_backlinks(rows).await?;
-        self.write_conformed(rows).await?;
+        self.write_linked(rows).await?;
         Ok(outcomes)
     }
 
     /// `batch` (conformed) followed by the records its rows supersede,
-    /// rewritten with `superseded_by_id` = the superseding row's key. Each
-    /// named record must be current (see the module docs); the caller holds
-    /// the record lock.
-    pub(crate) async fn with_backlinks(&self, batch: RecordBatch) -> Result<RecordBatch> {
+    /// rewritten with `superseded_by_id` = the superseding row's key, and the
+    /// pairs of rows that must become visible together. Each named record
+    /// must be current (see the module docs); the caller holds the record
+    /// lock.
+    pub(crate) async fn with_backlinks(&self, batch: RecordBatch) -> Result<Linked> {
         if !self.capabilities.supersession {
-            return Ok(batch);
+            return Ok(Linked::unlinked(batch));
         }
         let keys = strings(&batch, &self.schemas.key);
         let named = strings(&batch, SUPERSEDES);
@@ -585,7 +586,7 @@ impl Store {
             targets.push((row, key.clone(), target.clone()));
         }
         if targets.is_empty() {
-            return Ok(batch);
+            return Ok(Linked::unlinked(batch));
         }
         // Targets written in this same batch are marked in place.
         let in_batch: HashMap<&str, usize> = keys
@@ -595,10 +596,12 @@ impl Store {
             .collect();
         let mut successors: Vec<Option<String>> = strings(&batch, SUPERSEDED_BY);
         let mut marked_in_batch = false;
+        let mut links = Vec::new();
         targets.retain(|(row, key, target)| match in_batch.get(target.as_str()) {
             Some(&at) if at != *row => {
                 successors[at] = Some(key.clone());
                 marked_in_batch = true;
+                links.push((*row, at));
                 false
             }
             _ => true,
@@ -612,7 +615,7 @@ impl Store {
             batch
         };
         if targets.is_empty() {
-            return Ok(batch);
+            return Ok(Linked { batch, links });
         }
         let ids: Vec<&str> = targets.iter().map(|(_, _, t)| t.as_str()).collect();
         let found = self.lookup_any(&ids, None).await?;
@@ -646,10 +649,17 @@ impl Store {
         columns[at] = Arc::new(StringArray::from(new_keys));
         old = RecordBatch::try_new(old.schema(), columns)?;
         let old = self.schemas.conform_for_write(&old)?;
-        Ok(arrow_select::concat::concat_batches(
-            &batch.schema(),
-            &[batch.clone(), old],
-        )?)
+        let new_rows = batch.num_rows();
+        links.extend(
+            targets
+                .iter()
+                .enumerate()
+                .map(|(j, (row, _, _))| (*row, new_rows + j)),
+        );
+        Ok(Linked {
+            batch: arrow_select::concat::concat_batches(&batch.schema(), &[batch.clone(), old])?,
+            links,
+        })
     }
 
     /// Build the new version a patch makes (not written): see the module docs.
@@ -764,7 +774,7 @@ impl Store {
         let conformed = self.schemas.conform_for_write(batch)?;
         self.check_new_records(&conformed, false).await?;
         let rows = self.with_backlinks(conformed).await?;
-        self.write_conformed(rows).await?;
+        self.write_linked(rows).await?;
         Ok(())
     }
 
@@ -783,5 +793,102 @@ impl Store {
         };
         self.add_new_versions(&version.row).await?;
         Ok(Some(version))
+    }
+}
+
+/// A conformed batch to write, and the pairs of its rows that must become
+/// visible together: a new version and the rewritten record it supersedes
+/// (readers would otherwise see both versions current, or neither).
+pub(crate) struct Linked {
+    pub batch: RecordBatch,
+    pub links: Vec<(usize, usize)>,
+}
+
+impl Linked {
+    pub fn unlinked(batch: RecordBatch) -> Self {
+        Self {
+            batch,
+            links: Vec::new(),
+        }
+    }
+
+    /// Cut the batch into writes of at most `max_rows` rows, each holding
+    /// every group of linked rows (through `links`, or sharing a key) whole;
+    /// groups keep their input order and rows their order within a write.
+    /// A group larger than `max_rows` is refused
+    /// ([`BatchProblem::LinkedRowsTooMany`]).
+    pub fn into_chunks(self, key: &str, max_rows: usize) -> Result<Vec<RecordBatch>> {
+        let n = self.batch.num_rows();
+        if n <= max_rows {
+            return Ok(vec![self.batch]);
+        }
+        let mut parent: Vec<usize> = (0..n).collect();
+        fn root(parent: &mut [usize], mut x: usize) -> usize {
+            while parent[x] != x {
+                parent[x] = parent[parent[x]];
+                x = parent[x];
+            }
+            x
+        }
+        let mut join = |a: usize, b: usize| {
+            let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+            if ra != rb {
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        };
+        for &(a, b) in &self.links {
+            join(a, b);
+        }
+        let mut first_with_key: HashMap<String, usize> = HashMap::new();
+        for (row, k) in strings(&self.batch, key).into_iter().enumerate() {
+            if let Some(k) = k {
+                match first_with_key.get(&k) {
+                    Some(&first) => join(first, row),
+                    None => {
+                        first_with_key.insert(k, row);
+                    }
+                }
+            }
+        }
+        let mut groups: Vec<Vec<u32>> = Vec::new();
+        let mut group_of: HashMap<usize, usize> = HashMap::new();
+        for row in 0..n {
+            let r = root(&mut parent, row);
+            let at = *group_of.entry(r).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[at].push(row as u32);
+        }
+        let mut chunks = Vec::new();
+        let mut current: Vec<u32> = Vec::new();
+        let mut flush = |current: &mut Vec<u32>| -> Result<()> {
+            if current.is_empty() {
+                return Ok(());
+            }
+            current.sort_unstable();
+            let indices = arrow_array::UInt32Array::from(std::mem::take(current));
+            chunks.push(arrow_select::take::take_record_batch(
+                &self.batch,
+                &indices,
+            )?);
+            Ok(())
+        };
+        for group in groups {
+            if group.len() > max_rows {
+                return Err(Error::batch(BatchProblem::LinkedRowsTooMany {
+                    column: SUPERSEDES.into(),
+                    row: group[0] as usize,
+                    rows: group.len(),
+                    max: max_rows,
+                }));
+            }
+            if current.len() + group.len() > max_rows {
+                flush(&mut current)?;
+            }
+            current.extend(group);
+        }
+        flush(&mut current)?;
+        Ok(chunks)
     }
 }

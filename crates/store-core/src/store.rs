@@ -258,8 +258,8 @@ impl Store {
             let conformed = self.schemas.conform_for_write(batch)?;
             self.check_new_records(&conformed, true).await?;
             let rows = conformed.num_rows();
-            let with_links = self.with_backlinks(conformed).await?;
-            self.write_conformed(with_links).await?;
+            let linked = self.with_backlinks(conformed).await?;
+            self.write_linked(linked).await?;
             return Ok(AddOutcome { rows });
         }
         let conformed = self.schemas.conform_for_write(batch)?;
@@ -277,12 +277,34 @@ impl Store {
         Ok(outcome)
     }
 
+    /// Write a record batch whose linked rows (a new version and the
+    /// rewritten version it supersedes, rows sharing a key) must become
+    /// visible together: each group goes whole into one atomic write.
+    pub(crate) async fn write_linked(&self, linked: crate::records::Linked) -> Result<()> {
+        let writer = self.engine.writer()?;
+        self.engine.check_backpressure().await?;
+        let chunks = linked.into_chunks(&self.schemas.key, writer.max_atomic_rows())?;
+        writer
+            .add_chunks(chunks, || self.engine.reopen_for_writer())
+            .await?;
+        self.engine.kick.notify_one();
+        Ok(())
+    }
+
     /// Delete rows by key: a tombstone per key, newest-wins like an add, so the
     /// key reads as absent from every reader when this returns (durable and
     /// visible, as for [`Self::add`]); the next merge removes it from the base
     /// table. Returns the number of keys given. Deleting an absent key is not
     /// an error; adding the key again later makes it live again.
     pub async fn delete(&self, ids: &[&str]) -> Result<usize> {
+        let caps = &self.capabilities;
+        // A record write in flight checked its targets as current: a delete
+        // slipping between that check and its write would be undone by it.
+        let _guard = if caps.tombstones || caps.unique_keys || caps.supersession {
+            Some(self.record_lock.lock().await)
+        } else {
+            None
+        };
         let writer = self.engine.writer()?;
         self.engine.check_backpressure().await?;
         if ids.is_empty() {
@@ -345,6 +367,18 @@ impl Store {
             .writer()?
             .fail_next_write
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Make this store's next write fail after `puts` of its puts (of at
+    /// most `max_memtable_rows` rows each) went through, as a crash would
+    /// cut it (crash tests of writes split over several puts).
+    #[cfg(feature = "failpoints")]
+    pub fn fail_write_after_puts(&self, puts: usize) -> Result<()> {
+        self.engine
+            .writer()?
+            .fail_after_puts
+            .store(puts + 1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
@@ -427,15 +461,50 @@ impl Store {
     }
 
     /// Take the shard back after [`Error::Fenced`]: claims a new epoch (replaying
-    /// the WAL) and clears the latch. Only call this when this instance is the
-    /// rightful owner; the other writer is fenced in turn.
+    /// the WAL); under `SingleWriter` then takes every other shard over (the
+    /// writer that fenced this one is fenced in turn). Adds are refused
+    /// (`Fenced`) until all of that succeeded, so no add is acknowledged while
+    /// another writer can still write; if it fails, the store stays fenced
+    /// and `reclaim` can be called again. Only call this when this instance
+    /// is the rightful owner.
     pub async fn reclaim(&self) -> Result<()> {
+        self.reclaim_inner(
+            #[cfg(feature = "failpoints")]
+            None,
+        )
+        .await
+    }
+
+    /// [`Self::reclaim`], awaiting `hook` after the shard is claimed and
+    /// before the other shards are taken over (interleaving tests).
+    #[cfg(feature = "failpoints")]
+    pub async fn reclaim_with_hook(&self, hook: crate::ReclaimHook) -> Result<()> {
+        self.reclaim_inner(Some(hook)).await
+    }
+
+    async fn reclaim_inner(
+        &self,
+        #[cfg(feature = "failpoints")] hook: Option<crate::ReclaimHook>,
+    ) -> Result<()> {
         let writer = self.engine.writer()?;
+        if let Some(old) = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            old.abort();
+        }
         let dataset = self.engine.opener.open().await?;
         writer.reclaim(&dataset).await?;
+        #[cfg(feature = "failpoints")]
+        if let Some(hook) = hook {
+            hook().await;
+        }
         if self.shard_policy == ShardPolicy::SingleWriter {
             self.engine.take_over_other_shards(&dataset).await?;
         }
+        writer.unlatch();
         if let Some(background) = Background::start(&self.engine) {
             let old = self
                 .background

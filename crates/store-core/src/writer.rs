@@ -61,6 +61,10 @@ pub(crate) struct Writer {
     /// Tests: make the next WAL write fail as a persistence failure.
     #[cfg(feature = "failpoints")]
     pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
+    /// When > 0: a write fails (as a crash would cut it) after this many
+    /// puts minus one (failpoints).
+    #[cfg(feature = "failpoints")]
+    pub(crate) fail_after_puts: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Clone, Copy)]
@@ -102,7 +106,7 @@ impl Writer {
             .mem_wal_writer(shard, lance_config(shard, &settings))
             .await
             .map_err(|e| Error::from_lance("opening the shard writer", Some(shard), e))?;
-        Ok(Self {
+        let this = Self {
             shard,
             settings,
             inner: RwLock::new(Some(writer)),
@@ -111,7 +115,39 @@ impl Writer {
             visible: Mutex::new(0),
             #[cfg(feature = "failpoints")]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
-        })
+            #[cfg(feature = "failpoints")]
+            fail_after_puts: std::sync::atomic::AtomicUsize::new(0),
+        };
+        {
+            let guard = this.inner.read().await;
+            if let Some(writer) = guard.as_ref() {
+                match this.publish_replayed(writer).await {
+                    Ok(()) => {}
+                    // A peer claimed the shard right after us: opened, fenced.
+                    Err(e) if e.is_fenced() => this.latch(&e),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(this)
+    }
+
+    /// Make what claiming the shard replayed from the WAL (rows written but
+    /// never acknowledged, e.g. a write cut by a crash between its puts) a
+    /// generation now, so readers see the store as the new writer does, not
+    /// only after this writer's first write.
+    async fn publish_replayed(&self, writer: &ShardWriter) -> Result<()> {
+        let flushed = match writer.force_freeze_active().await {
+            Ok(fence) => fence.wait().await,
+            Err(e) => Err(e),
+        };
+        match flushed {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let err = self.classify("flushing the replayed WAL tail", e);
+                Err(self.fenced_or(writer, err).await)
+            }
+        }
     }
 
     /// `Err(Fenced)` once the writer lost its shard to a peer (until reclaimed).
@@ -154,6 +190,28 @@ impl Writer {
         Ok(AddOutcome { rows })
     }
 
+    /// Write `chunks` in order, each as one WAL entry: a chunk lands in one
+    /// memtable and so one generation (Lance freezes before an entry that
+    /// would not fit), so rows that must become visible together go in one
+    /// chunk. Each chunk holds at most `max_memtable_rows` rows.
+    pub async fn add_chunks<F, Fut>(&self, chunks: Vec<RecordBatch>, reopen: F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Dataset>>,
+    {
+        debug_assert!(
+            chunks
+                .iter()
+                .all(|c| c.num_rows() <= self.settings.max_memtable_rows)
+        );
+        self.write(WriteOp::Put(&chunks), reopen).await
+    }
+
+    /// Rows one write can make visible atomically.
+    pub fn max_atomic_rows(&self) -> usize {
+        self.settings.max_memtable_rows
+    }
+
     /// Delete the keys in `keys` (a batch holding the key column): a tombstone
     /// per key, durable and visible on return like an add.
     pub async fn delete<F, Fut>(&self, keys: RecordBatch, reopen: F) -> Result<()>
@@ -182,7 +240,14 @@ impl Writer {
                     retried = true;
                     tracing::warn!(shard = %self.shard, "WAL persistence failed; reclaiming the shard and retrying once");
                     let dataset = reopen().await?;
+                    // Only our own failure is retried: a peer that claimed the
+                    // shard meanwhile keeps it (Fenced, latched), or this
+                    // reclaim would fence it without taking its shard over.
+                    self.check_epoch_unmoved()
+                        .await
+                        .inspect_err(|e| self.latch(e))?;
                     self.reclaim(&dataset).await?;
+                    self.unlatch();
                 }
                 Err(err) => {
                     self.latch(&err);
@@ -200,6 +265,23 @@ impl Writer {
         match self.put_and_publish_on(writer, op).await {
             Ok(()) => Ok(()),
             Err(err) => Err(self.fenced_or(writer, err).await),
+        }
+    }
+
+    /// `Err(Fenced(PeerClaimedEpoch))` when the shard's manifest names a newer
+    /// epoch than this writer's.
+    async fn check_epoch_unmoved(&self) -> Result<()> {
+        let guard = self.inner.read().await;
+        let Some(writer) = guard.as_ref() else {
+            return Err(Error::WriterUnavailable {
+                message: "the store is closed".to_string(),
+            });
+        };
+        match writer.manifest_store().check_fenced(writer.epoch()).await {
+            Err(e) if e.fence_reason().is_some() => {
+                Err(self.classify("checking the shard's epoch", e))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -226,7 +308,17 @@ impl Writer {
         }
         match op {
             WriteOp::Put(chunks) => {
-                for chunk in chunks {
+                for (_i, chunk) in chunks.iter().enumerate() {
+                    #[cfg(feature = "failpoints")]
+                    {
+                        let after = self.fail_after_puts.load(Ordering::SeqCst);
+                        if after > 0 && _i + 1 == after {
+                            self.fail_after_puts.store(0, Ordering::SeqCst);
+                            return Err(Error::internal(format!(
+                                "failpoint: write cut after {_i} puts"
+                            )));
+                        }
+                    }
                     writer
                         .put(vec![chunk.clone()])
                         .await
@@ -263,26 +355,40 @@ impl Writer {
         Ok(())
     }
 
-    /// Take the shard back: claim a new epoch (replaying the WAL) and clear the
-    /// latch. Use after `Fenced` when this instance is the rightful owner.
+    /// Take the shard back: claim a new epoch (replaying the WAL). The new
+    /// writer is claimed before the old one is dropped, so a failed or
+    /// cancelled claim leaves the old (fenced) writer in place and the store
+    /// latched rather than writer-less. The latch is left set (and set if it
+    /// was not): the caller clears it with [`Self::unlatch`] once nothing
+    /// else can still write (under `SingleWriter`, after taking the other
+    /// shards over), so no add is acknowledged while a peer still writes.
     pub async fn reclaim(&self, dataset: &Dataset) -> Result<()> {
+        self.set_latch(FenceReason::PeerClaimedEpoch);
         let mut guard = self.inner.write().await;
         if guard.is_none() {
             return Err(Error::WriterUnavailable {
                 message: "the store is closed".to_string(),
             });
         }
-        if let Some(old) = guard.take() {
-            // The old writer is fenced or poisoned: stop its tasks without I/O.
-            let _ = old.abort().await;
-        }
         let writer = dataset
             .mem_wal_writer(self.shard, lance_config(self.shard, &self.settings))
             .await
             .map_err(|e| self.classify("reclaiming the shard writer", e))?;
-        *guard = Some(writer);
-        *self.latched.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.publish_replayed(&writer).await?;
+        if let Some(old) = guard.replace(writer) {
+            // The old writer is fenced or poisoned: stop its tasks without I/O.
+            let _ = old.abort().await;
+        }
         Ok(())
+    }
+
+    /// Accept writes again after [`Self::reclaim`].
+    pub fn unlatch(&self) {
+        *self.latched.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn set_latch(&self, reason: FenceReason) {
+        *self.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
     }
 
     /// Flush and release the writer. Later adds fail with `WriterUnavailable`.

@@ -1,0 +1,298 @@
+//! `lance-context bench --records-rows N`: what record capabilities cost at
+//! scale, and what retention saves, side by side in one run.
+//!
+//! Two stores of the same context-like schema (key, secondary key, run,
+//! text, lifecycle and supersession columns) hold the same N rows, merged
+//! into the base table: one declares no capabilities, the other all four
+//! (tombstones, supersession, lifecycle, unique keys on `external_id`). Each
+//! figure is timed on both, interleaved, and reported with its ratio:
+//! `get` (p50/p95 of random keys), `count`, a selective filtered scan, and an
+//! upsert of 1,000 rows (an add of 1,000 rows on the plain store).
+//!
+//! Then two small stores run 100 add+merge rounds, one with the default
+//! retention and one keeping every version; the bytes on disk are compared
+//! with the base table's own data files after maintenance has run past the
+//! cleanup grace.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use arrow_array::{RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use lance_context_store::{RecordCapabilities, RetentionSettings, ScanRequest, Store, StoreConfig};
+
+fn schema() -> SchemaRef {
+    let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Microsecond, None), true);
+    let s = |n: &str, nullable| Field::new(n, DataType::Utf8, nullable);
+    Arc::new(Schema::new(vec![
+        s("id", false),
+        s("external_id", true),
+        s("run_id", false),
+        s("text", true),
+        Field::new(
+            "created_at",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        ),
+        ts("expires_at"),
+        s("lifecycle_status", true),
+        ts("retired_at"),
+        s("supersedes_id", true),
+        s("superseded_by_id", true),
+        s("content_type", true),
+    ]))
+}
+
+fn batch(prefix: &str, start: usize, n: usize) -> Result<RecordBatch> {
+    let now = chrono::Utc::now().timestamp_micros();
+    let ids = |f: &dyn Fn(usize) -> String| -> Arc<StringArray> {
+        Arc::new(StringArray::from_iter_values((start..start + n).map(f)))
+    };
+    Ok(RecordBatch::try_new(
+        schema(),
+        vec![
+            ids(&|i| format!("{prefix}{i:010}")),
+            ids(&|i| format!("ext-{prefix}{i:010}")),
+            ids(&|i| format!("run-{}", i / 1000)),
+            ids(&|i| format!("record {i}: some context text for the agent")),
+            Arc::new(TimestampMicrosecondArray::from(vec![now; n])),
+            Arc::new(TimestampMicrosecondArray::from(vec![None::<i64>; n])),
+            Arc::new(StringArray::from(vec![Some("active"); n])),
+            Arc::new(TimestampMicrosecondArray::from(vec![None::<i64>; n])),
+            Arc::new(StringArray::from(vec![None::<&str>; n])),
+            Arc::new(StringArray::from(vec![None::<&str>; n])),
+            Arc::new(StringArray::from(vec![Some("text/plain"); n])),
+        ],
+    )?)
+}
+
+fn all_capabilities() -> RecordCapabilities {
+    RecordCapabilities {
+        tombstones: true,
+        supersession: true,
+        lifecycle: true,
+        unique_keys: true,
+        secondary_key: Some("external_id".into()),
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+struct Pair {
+    plain: Store,
+    records: Store,
+}
+
+/// Time `f` on both stores, alternating which goes first; medians.
+async fn both<F>(pair: &Pair, repeats: usize, f: F) -> Result<(Duration, Duration)>
+where
+    F: AsyncFn(&Store, bool, usize) -> Result<()>,
+{
+    let (mut plain, mut records) = (Vec::new(), Vec::new());
+    for i in 0..repeats {
+        for first in [i % 2 == 0, i % 2 == 1] {
+            let (store, with_caps) = if first {
+                (&pair.plain, false)
+            } else {
+                (&pair.records, true)
+            };
+            let t = Instant::now();
+            f(store, with_caps, i).await?;
+            if with_caps {
+                records.push(t.elapsed());
+            } else {
+                plain.push(t.elapsed());
+            }
+        }
+    }
+    plain.sort();
+    records.sort();
+    Ok((percentile(&plain, 0.5), percentile(&records, 0.5)))
+}
+
+pub async fn run(
+    dir: &std::path::Path,
+    rows: usize,
+    batch_rows: usize,
+    lookups: usize,
+) -> Result<()> {
+    println!("\n== record capabilities at {rows} rows (medians; ratio = capabilities / plain)");
+    let open = |name: &str, caps: RecordCapabilities| {
+        let uri = dir.join(name).to_string_lossy().into_owned();
+        async move {
+            let mut config = StoreConfig::new(uri)
+                .with_schema(schema())
+                .with_manual_maintenance()
+                .with_capabilities(caps);
+            config.merge.max_unmerged_generations = None;
+            Store::create(config).await
+        }
+    };
+    let pair = Pair {
+        plain: open("plain", RecordCapabilities::default()).await?,
+        records: open("records", all_capabilities()).await?,
+    };
+    for (name, store) in [("plain", &pair.plain), ("records", &pair.records)] {
+        let t = Instant::now();
+        let mut written = 0;
+        while written < rows {
+            let n = batch_rows.min(rows - written);
+            store.add(&batch("r", written, n)?).await?;
+            written += n;
+            if written % (batch_rows * 10) == 0 || written == rows {
+                store.merge().await?;
+            }
+        }
+        println!(
+            "load {name:<8} {rows} rows in {:.1}s ({:.0} rows/s, merged)",
+            t.elapsed().as_secs_f64(),
+            rows as f64 / t.elapsed().as_secs_f64()
+        );
+    }
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let keys: Vec<String> = (0..lookups)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            format!("r{:010}", rng % rows as u64)
+        })
+        .collect();
+    let keys = Arc::new(keys);
+    // get
+    let (mut gp, mut gr) = (Vec::new(), Vec::new());
+    for (i, key) in keys.iter().enumerate() {
+        for store_is_records in [i % 2 == 0, i % 2 == 1] {
+            let store = if store_is_records {
+                &pair.records
+            } else {
+                &pair.plain
+            };
+            let t = Instant::now();
+            let found = store.get(key).await?;
+            let took = t.elapsed();
+            ensure!(found.is_some(), "{key} not found");
+            if store_is_records {
+                gr.push(took)
+            } else {
+                gp.push(took)
+            }
+        }
+    }
+    gp.sort();
+    gr.sort();
+    let line = |what: &str, p: Duration, r: Duration| {
+        println!(
+            "{what:<28} plain {:>8.2} ms | capabilities {:>8.2} ms | ratio {:.2}",
+            ms(p),
+            ms(r),
+            r.as_secs_f64() / p.as_secs_f64().max(1e-9)
+        );
+    };
+    line("get p50", percentile(&gp, 0.5), percentile(&gr, 0.5));
+    line("get p95", percentile(&gp, 0.95), percentile(&gr, 0.95));
+    let (p, r) = both(&pair, 5, async |s: &Store, _, _| {
+        s.count(None).await?;
+        Ok(())
+    })
+    .await?;
+    line("count", p, r);
+    let (p, r) = both(&pair, 5, async |s: &Store, _, i| {
+        let found = s
+            .scan(ScanRequest::new().filter(format!("run_id = 'run-{}'", 7 + i)))
+            .await?;
+        ensure!(found.num_rows() == 1000, "{} rows", found.num_rows());
+        Ok(())
+    })
+    .await?;
+    line("filtered scan (1,000 rows)", p, r);
+    let (p, r) = both(&pair, 3, async |s: &Store, caps, i| {
+        // 1,000 rows with fresh keys under existing secondary keys: the
+        // capabilities store supersedes them, the plain one adds them.
+        let mut b = batch(&format!("u{i}-{}", caps as u8), 0, 1000)?;
+        let ext = Arc::new(StringArray::from_iter_values(
+            (0..1000).map(|j| format!("ext-r{:010}", (i * 1000 + j) * 7 % rows)),
+        ));
+        let mut columns = b.columns().to_vec();
+        columns[1] = ext;
+        b = RecordBatch::try_new(b.schema(), columns)?;
+        if caps {
+            s.upsert(&b).await?;
+        } else {
+            s.add(&b).await?;
+        }
+        Ok(())
+    })
+    .await?;
+    line("upsert of 1,000 rows", p, r);
+    pair.plain.close().await?;
+    pair.records.close().await?;
+    Ok(())
+}
+
+pub async fn retention(dir: &std::path::Path, merges: usize) -> Result<()> {
+    println!("\n== disk after {merges} add+merge rounds of 1,000 rows");
+    for (name, retention) in [
+        ("default retention", RetentionSettings::default()),
+        (
+            "retention: 2 versions",
+            RetentionSettings {
+                keep_versions: 2,
+                keep_for: Duration::ZERO,
+                interval: Duration::ZERO,
+            },
+        ),
+        (
+            "no retention",
+            RetentionSettings {
+                keep_versions: usize::MAX / 2,
+                keep_for: Duration::from_secs(1 << 30),
+                interval: Duration::ZERO,
+            },
+        ),
+    ] {
+        let uri = dir
+            .join(name.replace([' ', ':'], "-"))
+            .to_string_lossy()
+            .into_owned();
+        let mut config = StoreConfig::new(&uri)
+            .with_schema(schema())
+            .with_manual_maintenance()
+            .with_retention(retention);
+        config.merge.cleanup_grace = Duration::from_millis(100);
+        let store = Store::create(config).await?;
+        for i in 0..merges {
+            store.add(&batch("d", i * 1000, 1000)?).await?;
+            store.merge().await?;
+            if i % 20 == 19 {
+                store.compact().await?;
+            }
+        }
+        store.compact().await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store.add(&batch("d", merges * 1000, 1)?).await?;
+        store.merge().await?;
+        store.apply_retention().await?;
+        let stats = store.stats().await?;
+        let base = stats.base_data_bytes;
+        println!(
+            "{name:<24} {:>8.1} MiB on disk, base table data {:>6.1} MiB, ratio {:.2}; {} versions kept",
+            stats.bytes_on_disk as f64 / (1 << 20) as f64,
+            base as f64 / (1 << 20) as f64,
+            stats.bytes_on_disk as f64 / base.max(1) as f64,
+            stats.versions
+        );
+        store.close().await?;
+    }
+    Ok(())
+}
