@@ -7,8 +7,7 @@
 
 use std::sync::Arc;
 
-use lance_context_host::pipeline;
-use lance_context_host::plugin::PluginLimits;
+use lance_context_host::PluginLimits;
 use lance_context_host::spec::{KeyRule, SchemaSpec};
 use lance_context_store::{ScanRequest, Store};
 
@@ -124,7 +123,7 @@ fn json_lines_to_a_batch_never_panics() {
         let (plugin, line) = seeds[rng.below(seeds.len())];
         let input = format!("{}\n{}", mutate(&mut rng, line), seeds[0].1);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pipeline::rows_from_json(plugin, input.as_bytes()).map(|b| b.num_rows())
+            lance_context_host::rows_from_json(plugin, input.as_bytes()).map(|b| b.num_rows())
         }));
         assert!(
             result.is_ok(),

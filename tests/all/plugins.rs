@@ -6,7 +6,8 @@ use std::sync::Arc;
 use arrow_array::{LargeStringArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use lance_context_host::built_plugin;
-use lance_context_host::plugin::{PluginError, PluginLimits, PluginRuntime};
+use lance_context_host::spec::Capability;
+use lance_context_host::{PluginError, PluginLimits, PluginRuntime};
 use lance_context_store::{Store, StoreConfig};
 
 use crate::support::temp_uri;
@@ -78,7 +79,12 @@ fn the_builtin_plugins_load_and_declare_their_schemas() {
     assert_eq!(d.spec.secondary_key.as_deref(), Some("external_id"));
     assert_eq!(
         d.spec.capabilities,
-        ["tombstones", "supersession", "lifecycle", "unique_keys"]
+        [
+            Capability::Tombstones,
+            Capability::Supersession,
+            Capability::Lifecycle,
+            Capability::UniqueKeys
+        ]
     );
 
     // Bad parameters are the plugin's typed refusal, naming the parameter.
@@ -182,13 +188,13 @@ fn concurrent_callers_each_get_an_instance() {
 /// custom rule enforced, rows stored and searchable by their embedding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
-    use lance_context_host::pipeline::{self, PipelineError};
+    use lance_context_host::PipelineError;
     use lance_context_store::{IndexSettings, Metric, VectorColumn, VectorIndexKind, VectorQuery};
 
     let rt = runtime(PluginLimits::default());
     let notes = rt.load("example", &bytes("example"), vec![]).unwrap();
     let declared = notes.declaration().clone();
-    assert_eq!(declared.spec.vectors[0].metric, "cosine");
+    assert_eq!(declared.spec.vectors[0].metric, Metric::Cosine);
 
     let (_dir, uri) = temp_uri();
     let store = Store::create(
@@ -211,8 +217,11 @@ async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
     let good = br#"{"id": "n1", "text": "buy milk", "priority": 2, "embedding": [1, 0, 0, 0]}
 {"id": "n2", "text": "call mum", "embedding": [0, 1, 0, 0]}
 "#;
-    let batch = pipeline::rows_from_json(&notes, &good[..]).unwrap();
-    pipeline::add(&notes, &store, &batch, 0).await.unwrap();
+    let batch = lance_context_host::rows_from_json(&notes, &good[..]).unwrap();
+    let ready = lance_context_host::prepare(&notes, &batch, 0)
+        .await
+        .unwrap();
+    store.add(&ready).await.unwrap();
     assert_eq!(store.count(None).await.unwrap(), 2);
     let near = store
         .nearest(&VectorQuery::new("embedding", vec![0.9, 0.1, 0.0, 0.0], 1))
@@ -232,8 +241,10 @@ async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
     let bad = br#"{"id": "n3", "text": "ok", "priority": 3}
 {"id": "n4", "text": "too urgent", "priority": 9}
 "#;
-    let batch = pipeline::rows_from_json(&notes, &bad[..]).unwrap();
-    let err = pipeline::add(&notes, &store, &batch, 0).await.unwrap_err();
+    let batch = lance_context_host::rows_from_json(&notes, &bad[..]).unwrap();
+    let err = lance_context_host::prepare(&notes, &batch, 0)
+        .await
+        .unwrap_err();
     match &err {
         PipelineError::Plugin(e) => {
             let rows = e.row_errors().expect("row errors");
@@ -256,7 +267,7 @@ async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
 
     // Unknown fields are rejected, never dropped.
     let unknown = br#"{"id": "n5", "text": "x", "colour": "red"}"#;
-    let err = pipeline::rows_from_json(&notes, &unknown[..]).unwrap_err();
+    let err = lance_context_host::rows_from_json(&notes, &unknown[..]).unwrap_err();
     assert!(
         matches!(&err, PipelineError::InvalidInput { column: Some(c), row: Some(0), .. } if c == "colour"),
         "{err}"

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int32Type;
-use lance_context_host::pipeline::{self, PipelineError};
-use lance_context_host::plugin::{PluginError, PluginLimits, PluginRuntime};
-use lance_context_host::registry::{
+use lance_context_host::PipelineError;
+use lance_context_host::spec::SchemaSpec;
+use lance_context_host::{
     CreateOptions, EntryState, NamedStore, Registry, RegistryError, SchemaSource,
 };
-use lance_context_host::spec::SchemaSpec;
+use lance_context_host::{PluginError, PluginLimits, PluginRuntime};
 
 const NOTES_SPEC: &str = r#"{
   "name": "tickets",
@@ -39,8 +39,8 @@ fn no_options() -> HashMap<String, String> {
 }
 
 async fn add_json(named: &NamedStore, lines: &str) -> Result<(), PipelineError> {
-    let batch = pipeline::rows_from_json(&named.plugin, lines.as_bytes())?;
-    pipeline::add(&named.plugin, &named.store, &batch, 1).await?;
+    let batch = lance_context_host::rows_from_json(named.plugin(), lines.as_bytes())?;
+    named.add(&batch).await?;
     Ok(())
 }
 
@@ -60,7 +60,7 @@ async fn exercise(named: &NamedStore, row: impl Fn(usize, i32) -> String) {
             .map(|i| row(round * 4 + i, 1 + i as i32 % 3))
             .collect();
         add_json(named, &lines.join("\n")).await.unwrap();
-        named.store.merge().await.unwrap();
+        named.merge().await.unwrap();
     }
     // A batch with one bad row is refused whole, naming row and column.
     let bad = [row(100, 2), row(101, 9)].join("\n");
@@ -73,11 +73,11 @@ async fn exercise(named: &NamedStore, row: impl Fn(usize, i32) -> String) {
         (1, Some("priority")),
         "{err}"
     );
-    assert!(named.store.get("n100").await.unwrap().is_none());
-    named.store.compact().await.unwrap();
-    let got = named.store.get("n6").await.unwrap().expect("n6");
+    assert!(named.get("n100").await.unwrap().is_none());
+    named.compact().await.unwrap();
+    let got = named.get("n6").await.unwrap().expect("n6");
     assert_eq!(int(&got, "priority"), 3);
-    assert_eq!(named.store.count(None).await.unwrap(), 12);
+    assert_eq!(named.count(None).await.unwrap(), 12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +91,7 @@ async fn a_spec_file_store_and_a_custom_plugin_store_work_like_builtins_and_reop
         .create("tickets", CreateOptions::new(SchemaSource::Spec(spec)))
         .await
         .unwrap();
-    assert_eq!(tickets.entry.plugin.source, "spec");
+    assert_eq!(tickets.entry().plugin.source, "spec");
     exercise(&tickets, |i, p| {
         format!(
             r#"{{"id": "n{i}", "title": "t{i}", "state": "open", "priority": {p}, "tags": ["a"], "embedding": [{i}.0, 1.0]}}"#
@@ -133,10 +133,10 @@ async fn a_spec_file_store_and_a_custom_plugin_store_work_like_builtins_and_reop
 
     let recorded: Vec<_> = [&tickets, &notes, &context]
         .iter()
-        .map(|n| n.entry.clone())
+        .map(|n| n.entry().clone())
         .collect();
     for n in [tickets, notes, context] {
-        n.store.close().await.unwrap();
+        n.close().await.unwrap();
     }
     drop(reg);
 
@@ -146,23 +146,23 @@ async fn a_spec_file_store_and_a_custom_plugin_store_work_like_builtins_and_reop
     assert_eq!(names, ["ctx", "notes", "tickets"]);
     for entry in &recorded {
         let named = reg.open(&entry.name, &no_options()).await.unwrap();
-        assert_eq!(&named.entry, entry);
-        assert_eq!(named.plugin.declaration().spec, entry.spec);
-        assert_eq!(named.entry.state, EntryState::Ready);
-        named.store.close().await.unwrap();
+        assert_eq!(named.entry(), entry);
+        assert_eq!(named.plugin().declaration().spec, entry.spec);
+        assert_eq!(named.entry().state, EntryState::Ready);
+        named.close().await.unwrap();
     }
     let ctx = reg.describe("ctx").unwrap();
     assert_eq!(ctx.params, [("embedding_dim".to_string(), "3".to_string())]);
     assert_eq!(ctx.plugin.name, "context");
     let tickets = reg.open("tickets", &no_options()).await.unwrap();
-    assert_eq!(tickets.store.count(None).await.unwrap(), 12);
+    assert_eq!(tickets.count(None).await.unwrap(), 12);
     // The spec's rules survive the restart (they travel as its parameter).
     assert!(
         add_json(&tickets, r#"{"id": "y", "title": "t", "priority": 7}"#)
             .await
             .is_err()
     );
-    tickets.store.close().await.unwrap();
+    tickets.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,10 +176,10 @@ async fn a_tampered_plugin_file_or_a_changed_spec_is_refused() {
         )
         .await
         .unwrap();
-    named.store.close().await.unwrap();
+    named.close().await.unwrap();
     let pinned = root.path().join(format!(
         "registry/plugins/{}.wasm",
-        named.entry.plugin.sha256
+        named.entry().plugin.sha256
     ));
     let original = std::fs::read(&pinned).unwrap();
 
@@ -190,7 +190,7 @@ async fn a_tampered_plugin_file_or_a_changed_spec_is_refused() {
     std::fs::write(&pinned, &tampered).unwrap();
     let err = reg.open("r", &no_options()).await.unwrap_err();
     assert!(
-        matches!(&err, RegistryError::PluginTampered { expected, .. } if *expected == named.entry.plugin.sha256),
+        matches!(&err, RegistryError::PluginTampered { expected, .. } if *expected == named.entry().plugin.sha256),
         "{err}"
     );
     // Gone altogether.
@@ -201,7 +201,6 @@ async fn a_tampered_plugin_file_or_a_changed_spec_is_refused() {
     reg.open("r", &no_options())
         .await
         .unwrap()
-        .store
         .close()
         .await
         .unwrap();
@@ -249,7 +248,7 @@ async fn concurrent_creates_of_one_name_have_exactly_one_winner() {
         match t.await.unwrap() {
             Ok(named) => {
                 won += 1;
-                named.store.close().await.unwrap();
+                named.close().await.unwrap();
             }
             Err(RegistryError::AlreadyExists { name }) => assert_eq!(name, "same"),
             Err(e) => panic!("{e}"),
@@ -281,10 +280,12 @@ async fn bad_names_and_bad_specs_are_refused_with_every_problem_and_nothing_crea
         .await,
         Err(RegistryError::UnknownPlugin { .. })
     ));
+    // An unknown metric is refused where the spec is read, naming its field.
+    let err = SchemaSpec::from_json(&NOTES_SPEC.replace("\"l2\"", "\"hamming\"")).unwrap_err();
+    assert_eq!(err.problems[0].field, "vectors[0].metric", "{err}");
     let mut spec = SchemaSpec::from_json(NOTES_SPEC).unwrap();
     spec.columns[0].nullable = true;
     spec.columns[3].data_type = "Decimal128(10, 2)".into();
-    spec.vectors[0].metric = "hamming".into();
     let err = reg
         .create("bad", CreateOptions::new(SchemaSource::Spec(spec)))
         .await
@@ -293,15 +294,7 @@ async fn bad_names_and_bad_specs_are_refused_with_every_problem_and_nothing_crea
         panic!("{err}")
     };
     let fields: Vec<&str> = errors.problems.iter().map(|p| p.field.as_str()).collect();
-    assert_eq!(
-        fields,
-        [
-            "columns[3].type",
-            "columns[0].nullable",
-            "vectors[0].metric"
-        ],
-        "{err}"
-    );
+    assert_eq!(fields, ["columns[3].type", "columns[0].nullable",], "{err}");
     // A user plugin keyed by something other than `id` is refused (only the
     // built-in datagen keeps `event_id`).
     let datagen = std::fs::read(lance_context_host::built_plugin("datagen")).unwrap();
@@ -330,7 +323,7 @@ async fn storage_option_keys_are_recorded_never_their_values_and_drop_says_what_
     let mut options = CreateOptions::new(SchemaSource::Builtin("rollout".into()));
     options.storage_options = HashMap::from([("secret_token".into(), "hunter2".into())]);
     let a = reg.create("a", options).await.unwrap();
-    a.store.close().await.unwrap();
+    a.close().await.unwrap();
     let text = std::fs::read_to_string(root.path().join("registry/stores/a.json")).unwrap();
     assert!(text.contains("secret_token") && !text.contains("hunter2"));
     let err = reg.open("a", &no_options()).await.unwrap_err();
@@ -339,13 +332,7 @@ async fn storage_option_keys_are_recorded_never_their_values_and_drop_says_what_
         "{err}"
     );
     let with = HashMap::from([("secret_token".to_string(), "hunter2".to_string())]);
-    reg.open("a", &with)
-        .await
-        .unwrap()
-        .store
-        .close()
-        .await
-        .unwrap();
+    reg.open("a", &with).await.unwrap().close().await.unwrap();
 
     // Two stores pin the same plugin: dropping one keeps the file.
     let b = reg
@@ -355,7 +342,7 @@ async fn storage_option_keys_are_recorded_never_their_values_and_drop_says_what_
         )
         .await
         .unwrap();
-    b.store.close().await.unwrap();
+    b.close().await.unwrap();
     let report = reg.drop_store("a", &with).await.unwrap();
     assert_eq!(report.plugin_file, None);
     assert!(!std::path::Path::new(&report.uri).exists());
@@ -375,7 +362,6 @@ async fn storage_option_keys_are_recorded_never_their_values_and_drop_says_what_
     )
     .await
     .unwrap()
-    .store
     .close()
     .await
     .unwrap();
@@ -438,7 +424,7 @@ async fn named_queries_are_part_of_the_schema() {
             .contains("no query 'fold' (queries: trajectory, group)"),
         "{err}"
     );
-    rollout.store.close().await.unwrap();
+    rollout.close().await.unwrap();
 
     // A user's spec declares its own.
     let mut spec = SchemaSpec::from_json(NOTES_SPEC).unwrap();
@@ -465,7 +451,7 @@ async fn named_queries_are_part_of_the_schema() {
         .await
         .unwrap();
     assert_eq!(strings(&open, "id"), ["2", "1"]);
-    tickets.store.close().await.unwrap();
+    tickets.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,14 +475,14 @@ async fn the_context_plugin_gets_its_capabilities_from_the_engine() {
 
     // Delete: a tombstone; the key is free again.
     assert_eq!(ctx.delete(&["b", "zz"]).await.unwrap(), [true, false]);
-    assert!(ctx.store.get("b").await.unwrap().is_none());
+    assert!(ctx.get("b").await.unwrap().is_none());
     add_json(&ctx, r#"{"id": "b", "run_id": "r3", "session_id": "s"}"#)
         .await
         .unwrap();
 
     // Upsert by external_id: replaces `a`, which the session query no longer shows.
-    let batch = pipeline::rows_from_json(
-        &ctx.plugin,
+    let batch = lance_context_host::rows_from_json(
+        ctx.plugin(),
         r#"{"id": "a2", "run_id": "r4", "session_id": "s", "external_id": "ea", "text_payload": "one, revised"}"#
             .as_bytes(),
     )
@@ -525,16 +511,16 @@ async fn the_context_plugin_gets_its_capabilities_from_the_engine() {
         .unwrap()
         .expect("a visible record");
     assert_eq!(v.replaced_id, "a2");
-    let visible = ctx.store.scan(ScanRequest::new()).await.unwrap();
+    let visible = ctx.scan(ScanRequest::new()).await.unwrap();
     let mut ids = strings(&visible, "id");
     ids.sort();
     let mut want = vec!["b".to_string(), v.id.clone()];
     want.sort();
     assert_eq!(ids, want);
-    let row = ctx.store.get(&v.id).await.unwrap().unwrap();
+    let row = ctx.get(&v.id).await.unwrap().unwrap();
     assert_eq!(strings(&row, "tenant"), ["t1"]);
     assert_eq!(strings(&row, "session_id"), ["s"]);
-    ctx.store.close().await.unwrap();
+    ctx.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -605,10 +591,10 @@ async fn the_datagen_fold_is_a_reducing_named_query() {
     .unwrap();
     let err = datagen.reduce("item_state", &arg).await.unwrap_err();
     assert!(
-        matches!(&err, lance_context_host::registry::QueryFailure::Plugin(PluginError::Rejected { errors, .. }) if errors[0].row == 5),
+        matches!(&err, lance_context_host::QueryFailure::Plugin(PluginError::Rejected { errors, .. }) if errors[0].row == 5),
         "{err}"
     );
-    datagen.store.close().await.unwrap();
+    datagen.close().await.unwrap();
 }
 
 /// Every type the spec rules accept goes through the generic path: JSON in,
@@ -654,15 +640,15 @@ async fn every_supported_type_round_trips_through_a_spec_store() {
         "l": [1, 2], "ll": ["a"], "v": [1.0, 2.0, 3.0], "st": {"a": 1, "b": "x"}}"#
         .replace('\n', " ");
     add_json(&named, &row).await.unwrap();
-    named.store.merge().await.unwrap();
-    let got = named.store.get("r").await.unwrap().expect("the row");
-    let schema = named.plugin.declaration().schema.clone();
+    named.merge().await.unwrap();
+    let got = named.get("r").await.unwrap().expect("the row");
+    let schema = named.plugin().declaration().schema.clone();
     for field in schema.fields() {
         let column = got.column_by_name(field.name()).unwrap();
         assert_eq!(column.data_type(), field.data_type(), "{}", field.name());
         assert!(column.is_valid(0), "{} came back null", field.name());
     }
-    named.store.close().await.unwrap();
+    named.close().await.unwrap();
 }
 
 fn notes_spec() -> SchemaSource {
@@ -688,7 +674,6 @@ async fn drop_deletes_only_the_stores_own_data() {
         reg.create(name, CreateOptions::new(notes_spec()))
             .await
             .unwrap()
-            .store
             .close()
             .await
             .unwrap();
@@ -768,7 +753,6 @@ async fn a_store_is_created_only_where_nothing_is() {
     reg.create("n", options)
         .await
         .unwrap()
-        .store
         .close()
         .await
         .unwrap();
@@ -784,7 +768,6 @@ async fn creates_and_drops_sharing_a_plugin_file_never_lose_it() {
         reg.create(&old, CreateOptions::new(notes_spec()))
             .await
             .unwrap()
-            .store
             .close()
             .await
             .unwrap();
@@ -794,10 +777,10 @@ async fn creates_and_drops_sharing_a_plugin_file_never_lose_it() {
             reg.create(&new, CreateOptions::new(notes_spec()))
         );
         dropped.unwrap();
-        created.unwrap().store.close().await.unwrap();
+        created.unwrap().close().await.unwrap();
         // The new store pins the same plugin file: it must still be there.
         let named = reg.open(&new, &no_options()).await.unwrap();
-        named.store.close().await.unwrap();
+        named.close().await.unwrap();
         reg.drop_store(&new, &no_options()).await.unwrap();
     }
 }
@@ -845,5 +828,5 @@ async fn a_two_parameter_query_cannot_be_injected() {
         0,
         "the injection returned other tenants' rows"
     );
-    named.store.close().await.unwrap();
+    named.close().await.unwrap();
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use lance_context_host::plugin::{PluginError, PluginLimits, PluginRuntime, Violation};
+use lance_context_host::{PluginError, PluginLimits, PluginRuntime, Violation};
 use lance_context_wire::craft;
 
 use crate::plugins::{bytes, params, rollout_rows, runtime};
@@ -53,7 +53,7 @@ enum Export {
 }
 
 fn run(
-    plugin: &lance_context_host::plugin::LoadedPlugin,
+    plugin: &lance_context_host::LoadedPlugin,
     export: Export,
     batch: &RecordBatch,
 ) -> Result<(), PluginError> {

@@ -134,7 +134,7 @@ async fn storage_options_reach_every_open() {
 
 #[test]
 fn debug_output_never_shows_storage_option_values() {
-    use lance_context_host::registry::{CreateOptions, SchemaSource};
+    use lance_context_host::{CreateOptions, SchemaSource};
     let config = StoreConfig::new("s3://bucket/store")
         .with_storage_option("aws_secret_access_key", "hunter2-secret");
     let shown = format!("{config:?}");

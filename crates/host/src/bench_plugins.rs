@@ -17,8 +17,7 @@ use arrow_array::{
     TimestampMicrosecondArray, builder::StringDictionaryBuilder, new_null_array, types::Int8Type,
 };
 use clap::Args;
-use lance_context_host::pipeline;
-use lance_context_host::plugin::{LoadedPlugin, PluginLimits, PluginRuntime};
+use lance_context_host::{LoadedPlugin, PluginLimits, PluginRuntime};
 use lance_context_store::{Store, StoreConfig};
 
 #[derive(Args, Debug)]
@@ -136,7 +135,7 @@ pub async fn run(args: PluginBenchArgs) -> Result<()> {
     );
 
     // Per-call overhead.
-    let input_schema = pipeline::input_schema(&plugin);
+    let input_schema = lance_context_host::input_schema(&plugin);
     let one = input(&input_schema, 0, 1)?;
     plugin.validate(&one)?;
     let t = Instant::now();
@@ -180,7 +179,7 @@ pub async fn run(args: PluginBenchArgs) -> Result<()> {
                 start += n;
                 let t = Instant::now();
                 if plugin_path {
-                    let given = pipeline::to_input(&plugin, &batch)?;
+                    let given = lance_context_host::to_input(&plugin, &batch)?;
                     let ready = plugin.prepare(&given, 1)?;
                     calls.push(t.elapsed());
                     via_plugin.add(&ready).await?;

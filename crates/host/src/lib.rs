@@ -1,17 +1,36 @@
 //! # lance-context-host
 //!
 //! The host around the storage engine: the sandboxed schema-plugin runtime
-//! ([`plugin`]), the schema declaration every plugin produces and its rules
-//! ([`spec`]), the catalogue of stores by name ([`registry`]), the schemas'
-//! named queries ([`query`]), the add
-//! pipeline through a plugin ([`pipeline`]), and the
-//! `lance-context` CLI (the binary).
+//! ([`PluginRuntime`], [`LoadedPlugin`]), the schema declaration every plugin
+//! produces and its rules ([`spec`]), the catalogue of stores by name
+//! ([`Registry`]), a store opened by name — the only way the host writes —
+//! ([`NamedStore`]), the write pipeline through a plugin ([`prepare`]), the
+//! schemas' named queries ([`named_request`]), and the `lance-context` CLI
+//! (the binary).
+//!
+//! The crate's public surface is the `pub use` list below; its modules are
+//! private.
 
-pub mod pipeline;
-pub mod plugin;
-pub mod query;
-pub mod registry;
+#![warn(missing_docs)]
+
+mod named;
+mod pipeline;
+mod plugin;
+mod query;
+mod registry;
+
 pub use lance_context_spec as spec;
+pub use named::{NamedStore, QueryFailure};
+pub use pipeline::{PipelineError, input_schema, prepare, rows_from_json, to_input};
+pub use plugin::{
+    ABI_VERSION, CacheStats, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits,
+    PluginRuntime, RowError, Violation, default_cache_dir,
+};
+pub use query::{QueryError, default_projection, named_request};
+pub use registry::{
+    BUILTIN_PLUGINS, CreateOptions, DropReport, EntryState, PluginPin, RESERVED_NAMES, Registry,
+    RegistryError, SchemaSource, StoreEntry, check_name, store_config,
+};
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the
 /// built-in schemas, and the fixtures the tests load).

@@ -250,8 +250,8 @@ fn main() -> ExitCode {
 /// Exit codes: 2 invalid input, 3 not found, 4 conflict/exists, 5 busy or
 /// unavailable, 6 plugin fault, 1 anything else.
 fn exit_code(err: &anyhow::Error) -> u8 {
-    use lance_context_host::pipeline::PipelineError;
-    use lance_context_host::registry::{QueryFailure, RegistryError};
+    use lance_context_host::PipelineError;
+    use lance_context_host::{QueryFailure, RegistryError};
     if let Some(e) = err.downcast_ref::<RegistryError>() {
         return match e {
             RegistryError::Plugin(e) => plugin_exit_code(e),
@@ -280,7 +280,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             _ => 2,
         };
     }
-    if let Some(e) = err.downcast_ref::<lance_context_host::plugin::PluginError>() {
+    if let Some(e) = err.downcast_ref::<lance_context_host::PluginError>() {
         return plugin_exit_code(e);
     }
     if err
@@ -295,7 +295,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 
 /// A plugin that failed (trap, deadline, limit, bad output) is a plugin
 /// fault, 6; one that refused the caller's rows or parameters, invalid input.
-fn plugin_exit_code(e: &lance_context_host::plugin::PluginError) -> u8 {
+fn plugin_exit_code(e: &lance_context_host::PluginError) -> u8 {
     if e.is_fault() { 6 } else { 2 }
 }
 
@@ -344,7 +344,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { store } => {
             let store = Store::open_read_only(store.config()).await?;
-            print_status(&store).await
+            print_status(&store.stats().await?, store.count(None).await?)
         }
         Command::Merge { store, instance } => {
             let store = Store::open(maintenance_config(&store, &instance)).await?;
@@ -362,9 +362,8 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 /// Operator statistics of a store.
-pub(crate) async fn print_status(store: &Store) -> Result<()> {
-    let stats = store.stats().await?;
-    println!("rows (newest per key): {}", store.count(None).await?);
+pub(crate) fn print_status(stats: &lance_context_store::StoreStats, count: u64) -> Result<()> {
+    println!("rows (newest per key): {count}");
     println!("rows in base table:    {}", stats.rows_in_base);
     println!("dataset version:       {}", stats.version);
     println!(
@@ -421,10 +420,10 @@ fn plugin_bytes(plugin: &str) -> Result<(String, Vec<u8>)> {
 }
 
 fn plugin_command(command: PluginCommand) -> Result<()> {
-    use lance_context_host::plugin::{PluginLimits, PluginRuntime};
+    use lance_context_host::{PluginLimits, PluginRuntime};
     let runtime = PluginRuntime::new(
         PluginLimits::default(),
-        lance_context_host::plugin::default_cache_dir().as_deref(),
+        lance_context_host::default_cache_dir().as_deref(),
     )?;
     match command {
         PluginCommand::Inspect { plugin, params } => {
@@ -454,7 +453,11 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
                 if spec.capabilities.is_empty() {
                     "none".to_string()
                 } else {
-                    spec.capabilities.join(", ")
+                    spec.capabilities
+                        .iter()
+                        .map(|c| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 }
             );
             println!("transform: {}", if d.has_transform { "yes" } else { "no" });
@@ -486,10 +489,7 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
             println!("checking {label} ({} bytes)", bytes.len());
             let loaded = match runtime.load(&label, &bytes, params) {
                 Ok(loaded) => loaded,
-                Err(lance_context_host::plugin::PluginError::InvalidDeclaration {
-                    plugin,
-                    problems,
-                }) => {
+                Err(lance_context_host::PluginError::InvalidDeclaration { plugin, problems }) => {
                     println!("ok: compiles, links as a schema plugin, describe succeeds");
                     println!("the declaration of {plugin} breaks the schema rules:");
                     for p in &problems {
@@ -505,7 +505,7 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
             println!("ok: compiles, links as a schema plugin, describe succeeds");
             // A user's plugin is held to the user-schema rules (key `id`); the
             // built-ins keep theirs.
-            let builtin = lance_context_host::registry::BUILTIN_PLUGINS.contains(&plugin.as_str());
+            let builtin = lance_context_host::BUILTIN_PLUGINS.contains(&plugin.as_str());
             if !builtin
                 && let Err(e) = loaded
                     .declaration()
@@ -525,9 +525,8 @@ fn plugin_command(command: PluginCommand) -> Result<()> {
             );
             // Probe the calls with one all-null row: row errors are the plugin
             // working; traps and bad outputs are problems.
-            let probe = arrow_array::RecordBatch::new_empty(
-                lance_context_host::pipeline::input_schema(&loaded),
-            );
+            let probe =
+                arrow_array::RecordBatch::new_empty(lance_context_host::input_schema(&loaded));
             let one_row = arrow_select_one_null_row(&probe)?;
             let mut problems = 0;
             match loaded.validate(&one_row) {

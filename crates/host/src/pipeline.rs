@@ -1,8 +1,9 @@
-//! The add pipeline, the one choke point every record goes through:
+//! The write pipeline, the one choke point every record goes through:
 //! input rows → a `RecordBatch` of the plugin's input schema (by column name;
 //! unknown fields rejected, never dropped) → the plugin's `validate` → its
 //! `transform` (when declared; the output is checked against the declaration)
-//! → the storage engine's `add` (durable and visible on return).
+//! → the storage engine's write ([`crate::NamedStore`]: add, upsert or patch;
+//! durable and visible on return).
 //!
 //! The input schema is the declared schema with every column nullable: columns
 //! a transform fills (defaults) may be absent from the input; the engine
@@ -16,7 +17,6 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
-use lance_context_store::{AddOutcome, Store};
 
 use crate::plugin::{LoadedPlugin, PluginError};
 
@@ -31,6 +31,7 @@ pub enum PipelineError {
         column: Option<String>,
         /// The zero-based row, when known.
         row: Option<usize>,
+        /// What went wrong.
         message: String,
     },
     /// The plugin rejected rows, or failed.
@@ -190,15 +191,15 @@ pub fn to_input(plugin: &LoadedPlugin, batch: &RecordBatch) -> Result<RecordBatc
     .map_err(|e| invalid(None, None, format!("building the input batch: {e}")))
 }
 
-/// validate → transform → add. A plugin with a transform validates in the
-/// same call (one boundary crossing per batch, see [`LoadedPlugin::prepare`]).
-pub async fn add(
+/// The plugin's part of every write: match the batch to the input schema
+/// ([`to_input`]), then the plugin's `validate` and `transform` in one
+/// boundary crossing ([`LoadedPlugin::prepare`]). The result is what the
+/// engine writes; [`crate::NamedStore`] is the only caller that writes it.
+pub async fn prepare(
     plugin: &LoadedPlugin,
-    store: &Store,
     batch: &RecordBatch,
     now_micros: i64,
-) -> Result<AddOutcome, PipelineError> {
+) -> Result<RecordBatch, PipelineError> {
     let input = to_input(plugin, batch)?;
-    let ready = plugin.prepare_async(input, now_micros).await?;
-    Ok(store.add(&ready).await?)
+    Ok(plugin.prepare_async(input, now_micros).await?)
 }

@@ -15,8 +15,11 @@ pub enum QueryError {
     /// The schema declares no query of that name.
     #[error("schema '{schema}' has no query '{name}' (queries: {})", if available.is_empty() { "none".to_string() } else { available.join(", ") })]
     UnknownQuery {
+        /// The schema's name.
         schema: String,
+        /// The store name.
         name: String,
+        /// The queries the schema declares.
         available: Vec<String>,
     },
     /// Missing, extra or empty arguments.

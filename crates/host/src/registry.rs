@@ -33,13 +33,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lance_context_store::{
-    IndexSettings, Location, Metric, PatchTarget, RecordCapabilities, Store, StoreConfig,
-    UpsertOutcome, VectorColumn, VectorIndexKind,
+    IndexSettings, Location, RecordCapabilities, Store, StoreConfig, VectorColumn, VectorIndexKind,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::named::NamedStore;
 use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime};
-use crate::spec::{KeyRule, SchemaSpec, SpecErrors};
+use crate::spec::{Capability, KeyRule, SchemaSpec, SpecErrors};
 
 /// Names the registry keeps for itself.
 pub const RESERVED_NAMES: &[&str] = &["_registry", "_stats"];
@@ -53,19 +53,33 @@ pub const BUILTIN_PLUGINS: &[&str] = &["rollout", "context", "datagen"];
 pub enum RegistryError {
     /// The store name breaks the naming rules.
     #[error("invalid store name '{name}': {reason}")]
-    InvalidName { name: String, reason: String },
+    InvalidName {
+        /// The store name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// A store of that name exists (or is being created).
     #[error("store '{name}' already exists")]
-    AlreadyExists { name: String },
+    AlreadyExists {
+        /// The store name.
+        name: String,
+    },
     /// No store of that name.
     #[error("no store named '{name}'")]
-    NotFound { name: String },
+    NotFound {
+        /// The store name.
+        name: String,
+    },
     /// The entry was claimed by a create that did not finish (it failed or is
     /// still running). Drop it to free the name.
     #[error(
         "store '{name}' was not fully created (a create failed or is running); drop it to free the name"
     )]
-    Incomplete { name: String },
+    Incomplete {
+        /// The store name.
+        name: String,
+    },
     /// The schema breaks the spec rules (every problem found).
     #[error(transparent)]
     Spec(#[from] SpecErrors),
@@ -74,52 +88,89 @@ pub enum RegistryError {
     Plugin(#[from] PluginError),
     /// The plugin source is not one the registry knows.
     #[error("unknown built-in plugin '{name}' (built-ins: {})", BUILTIN_PLUGINS.join(", "))]
-    UnknownPlugin { name: String },
+    UnknownPlugin {
+        /// The store name.
+        name: String,
+    },
     /// The stored plugin bytes do not hash to the pinned sha256.
     #[error(
         "store '{name}': the plugin file {path} has sha256 {found}, but the store pins {expected}; refusing to load it"
     )]
     PluginTampered {
+        /// The store name.
         name: String,
+        /// The file.
         path: PathBuf,
+        /// The sha256 the store pins.
         expected: String,
+        /// The sha256 the file has.
         found: String,
     },
     /// The pinned plugin bytes are gone.
     #[error("store '{name}': the pinned plugin file {path} is missing")]
-    PluginMissing { name: String, path: PathBuf },
+    PluginMissing {
+        /// The store name.
+        name: String,
+        /// The file.
+        path: PathBuf,
+    },
     /// The plugin now declares a different spec than the store was created with.
     #[error(
         "store '{name}': the plugin declares a different schema than the store was created with: {message}"
     )]
-    SpecChanged { name: String, message: String },
+    SpecChanged {
+        /// The store name.
+        name: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Storage options the store was created with were not given.
     #[error(
         "store '{name}' was created with storage options {keys:?}; pass them to open it (values are never recorded)"
     )]
-    MissingStorageOptions { name: String, keys: Vec<String> },
+    MissingStorageOptions {
+        /// The store name.
+        name: String,
+        /// The storage option keys missing.
+        keys: Vec<String>,
+    },
     /// The storage engine failed.
     #[error(transparent)]
     Store(#[from] lance_context_store::Error),
     /// A file of the catalogue could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
     /// An entry does not parse, or names a plugin digest that is not one.
     #[error("{path}: corrupt registry entry: {message}")]
-    Corrupt { path: PathBuf, message: String },
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The location given for a new store already holds files.
     #[error(
         "store '{name}': {uri} is not empty; a store is created only where nothing is (choose another --uri)"
     )]
-    UriNotEmpty { name: String, uri: String },
+    UriNotEmpty {
+        /// The store name.
+        name: String,
+        /// The location.
+        uri: String,
+    },
     /// Drop refused to delete a location that is not (only) this store's data.
     #[error("store '{name}': refusing to delete {uri}: {reason}")]
     UnsafeUri {
+        /// The store name.
         name: String,
+        /// The location.
         uri: String,
+        /// Why.
         reason: String,
     },
 }
@@ -132,7 +183,12 @@ pub enum SchemaSource {
     /// A built-in plugin: `rollout`, `context` or `datagen`.
     Builtin(String),
     /// A compiled plugin (`.wasm` component bytes; the label names it in errors).
-    Plugin { label: String, bytes: Vec<u8> },
+    Plugin {
+        /// Names the plugin in errors (e.g. its file name).
+        label: String,
+        /// The component's bytes.
+        bytes: Vec<u8>,
+    },
     /// A declarative spec, run by the built-in generic `spec` plugin.
     Spec(SchemaSpec),
 }
@@ -155,6 +211,7 @@ impl std::fmt::Debug for SchemaSource {
 /// keys only.
 #[derive(Clone)]
 pub struct CreateOptions {
+    /// Where the schema comes from.
     pub source: SchemaSource,
     /// Creation parameters given to the plugin's `describe` (not for `Spec`).
     pub params: Vec<(String, String)>,
@@ -192,14 +249,19 @@ impl CreateOptions {
 /// A catalogue entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoreEntry {
+    /// The store name.
     pub name: String,
     /// `creating` until the dataset exists, then `ready`.
     pub state: EntryState,
+    /// The location.
     pub uri: String,
     /// Keys of the storage options the store was created with.
     pub storage_option_keys: Vec<String>,
+    /// The plugin the store pins.
     pub plugin: PluginPin,
+    /// The schema declaration the store was created with.
     pub spec: SchemaSpec,
+    /// The plugin's creation parameters.
     pub params: Vec<(String, String)>,
     /// RFC 3339, UTC.
     pub created_at: String,
@@ -209,7 +271,9 @@ pub struct StoreEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryState {
+    /// Being created.
     Creating,
+    /// Ready to open.
     Ready,
 }
 
@@ -218,6 +282,7 @@ pub enum EntryState {
 pub struct PluginPin {
     /// The name its declaration gives.
     pub name: String,
+    /// The plugin's version.
     pub version: String,
     /// Hex sha256 of the component bytes (also their file name in the root).
     pub sha256: String,
@@ -228,6 +293,7 @@ pub struct PluginPin {
 /// What [`Registry::drop_store`] removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DropReport {
+    /// The store name.
     pub name: String,
     /// The data location deleted.
     pub uri: String,
@@ -235,119 +301,6 @@ pub struct DropReport {
     pub entry: PathBuf,
     /// The plugin file deleted (no other store pinned it), if any.
     pub plugin_file: Option<PathBuf>,
-}
-
-/// A store opened by name: its entry, its plugin and the engine.
-#[derive(Debug)]
-pub struct NamedStore {
-    pub entry: StoreEntry,
-    pub plugin: LoadedPlugin,
-    pub store: Store,
-}
-
-impl NamedStore {
-    /// Add records through the store's plugin (validate → transform → add).
-    pub async fn add(
-        &self,
-        batch: &arrow_array::RecordBatch,
-    ) -> Result<lance_context_store::AddOutcome, crate::pipeline::PipelineError> {
-        let now = crate::now_micros();
-        crate::pipeline::add(&self.plugin, &self.store, batch, now).await
-    }
-
-    /// Insert or replace records by the schema's secondary key, through the
-    /// plugin (validate → transform), then the engine's upsert (supersession).
-    pub async fn upsert(
-        &self,
-        batch: &arrow_array::RecordBatch,
-    ) -> std::result::Result<Vec<UpsertOutcome>, crate::pipeline::PipelineError> {
-        let now = crate::now_micros();
-        let input = crate::pipeline::to_input(&self.plugin, batch)?;
-        let ready = self.plugin.prepare_async(input, now).await?;
-        Ok(self.store.upsert(&ready).await?)
-    }
-
-    /// Patch a record as a new version under a fresh key: the engine builds
-    /// the version, the plugin checks it (validate → transform), the engine
-    /// writes it. `None` when no visible record matches.
-    pub async fn patch(
-        &self,
-        target: &PatchTarget,
-        patch: &arrow_array::RecordBatch,
-    ) -> std::result::Result<
-        Option<lance_context_store::PatchedVersion>,
-        crate::pipeline::PipelineError,
-    > {
-        let now = crate::now_micros();
-        let Some(mut version) = self
-            .store
-            .patch_version(target, patch, &lance_context_store::generate_id())
-            .await?
-        else {
-            return Ok(None);
-        };
-        let input = crate::pipeline::to_input(&self.plugin, &version.row)?;
-        version.row = self.plugin.prepare_async(input, now).await?;
-        self.store.add_new_versions(&version.row).await?;
-        Ok(Some(version))
-    }
-
-    /// Delete records by key (tombstones; the schema must declare them): per
-    /// key, whether a visible record was deleted.
-    pub async fn delete(&self, ids: &[&str]) -> Result<Vec<bool>, lance_context_store::Error> {
-        self.store.tombstone(ids).await
-    }
-
-    /// Run a named query declared with `reduce`: its rows, reduced to JSON by
-    /// the plugin (e.g. datagen's `item_state`, the fold of an item's events).
-    pub async fn reduce(
-        &self,
-        name: &str,
-        args: &[(String, String)],
-    ) -> std::result::Result<Box<serde_json::value::RawValue>, QueryFailure> {
-        let query = self
-            .entry
-            .spec
-            .queries
-            .iter()
-            .find(|q| q.name == name && q.reduce)
-            .ok_or_else(|| {
-                crate::query::QueryError::Arguments(format!(
-                    "'{name}' is not a reducing query of schema '{}'",
-                    self.entry.spec.name
-                ))
-            })?;
-        let request = crate::query::named_request(&self.entry.spec, &query.name, args)?;
-        let rows = self.store.scan(request).await?;
-        let now = crate::now_micros();
-        Ok(self
-            .plugin
-            .reduce_async(name.to_string(), rows, now)
-            .await?)
-    }
-
-    /// Run one of the schema's named queries (see [`crate::query`]); for a
-    /// reducing query, the rows it reduces.
-    pub async fn query(
-        &self,
-        name: &str,
-        args: &[(String, String)],
-    ) -> std::result::Result<arrow_array::RecordBatch, QueryFailure> {
-        let request = crate::query::named_request(&self.entry.spec, name, args)?;
-        Ok(self.store.scan(request).await?)
-    }
-}
-
-/// A named query that could not run: bad name or arguments, or the engine.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum QueryFailure {
-    #[error(transparent)]
-    Query(#[from] crate::query::QueryError),
-    #[error(transparent)]
-    Store(#[from] lance_context_store::Error),
-    #[error(transparent)]
-    Plugin(#[from] PluginError),
 }
 
 /// The registry under one data root.
@@ -707,11 +660,7 @@ impl Registry {
                     &path,
                     &serde_json::to_vec_pretty(&entry).expect("an entry serializes"),
                 )?;
-                Ok(NamedStore {
-                    entry,
-                    plugin,
-                    store,
-                })
+                Ok(NamedStore::new(entry, plugin, store))
             }
             Err(e) => {
                 // Free the name.
@@ -870,11 +819,7 @@ impl Registry {
         } else {
             Store::open(config).await?
         };
-        Ok(NamedStore {
-            entry,
-            plugin,
-            store,
-        })
+        Ok(NamedStore::new(entry, plugin, store))
     }
 
     /// Drop a store: its data, its entry, and its plugin file when no other
@@ -935,11 +880,7 @@ pub fn store_config(
         .map(|v| VectorColumn {
             column: v.column.clone(),
             dimension: v.dimension as usize,
-            metric: match v.metric.as_str() {
-                "cosine" => Metric::Cosine,
-                "dot" => Metric::Dot,
-                _ => Metric::L2,
-            },
+            metric: v.metric,
             kind: VectorIndexKind::IvfPq,
         })
         .collect();
@@ -952,10 +893,10 @@ pub fn store_config(
             ..IndexSettings::default()
         })
         .with_capabilities(RecordCapabilities {
-            tombstones: spec.has("tombstones"),
-            supersession: spec.has("supersession"),
-            lifecycle: spec.has("lifecycle"),
-            unique_keys: spec.has("unique_keys"),
+            tombstones: spec.has(Capability::Tombstones),
+            supersession: spec.has(Capability::Supersession),
+            lifecycle: spec.has(Capability::Lifecycle),
+            unique_keys: spec.has(Capability::UniqueKeys),
             secondary_key: spec.secondary_key.clone(),
         })
 }

@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use lance_context_host::pipeline;
-use lance_context_host::plugin::{PluginLimits, PluginRuntime};
-use lance_context_host::registry::{CreateOptions, Registry, SchemaSource};
 use lance_context_host::spec::SchemaSpec;
+use lance_context_host::{CreateOptions, Registry, SchemaSource};
+use lance_context_host::{PluginLimits, PluginRuntime};
 
 use crate::{ScanArgs, StorageOption, parse_kv, parse_storage_option, print_json_lines};
 
@@ -108,7 +107,7 @@ enum StoreCommand {
 pub async fn run(args: StoreArgs) -> Result<()> {
     let runtime = Arc::new(PluginRuntime::new(
         PluginLimits::default(),
-        lance_context_host::plugin::default_cache_dir().as_deref(),
+        lance_context_host::default_cache_dir().as_deref(),
     )?);
     let registry = Registry::at(&args.root, runtime)?;
     let options: HashMap<String, String> = args
@@ -148,8 +147,8 @@ pub async fn run(args: StoreArgs) -> Result<()> {
                     },
                 )
                 .await?;
-            named.store.close().await?;
-            let e = &named.entry;
+            named.close().await?;
+            let e = &named.entry();
             println!(
                 "created store '{}' at {} ({} columns, plugin {} {} sha256 {})",
                 e.name,
@@ -231,7 +230,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             }
             let named = registry.open(&name, &options).await?;
             let result = add_in_batches(&named, &lines, batch_rows).await;
-            named.store.close().await?;
+            named.close().await?;
             let added = result?;
             println!("added {added} record(s) to '{name}'");
             Ok(())
@@ -241,39 +240,33 @@ pub async fn run(args: StoreArgs) -> Result<()> {
                 .open_with(&name, &options, false, |c| c.with_manual_maintenance())
                 .await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let result = if named.entry.spec.has("tombstones") {
-                named.delete(&ids).await.map(|done| {
-                    for (id, deleted) in ids.iter().zip(done) {
-                        println!(
-                            "{id}: {}",
-                            if deleted {
-                                "deleted"
-                            } else {
-                                "no visible record"
-                            }
-                        );
-                    }
-                })
-            } else {
-                named
-                    .store
-                    .delete(&ids)
-                    .await
-                    .map(|n| println!("deleted {n} key(s)"))
-            };
-            named.store.close().await?;
+            // Per key: whether a visible record was deleted (a tombstone
+            // when the schema declares them).
+            let result = named.delete(&ids).await.map(|done| {
+                for (id, deleted) in ids.iter().zip(done) {
+                    println!(
+                        "{id}: {}",
+                        if deleted {
+                            "deleted"
+                        } else {
+                            "no visible record"
+                        }
+                    );
+                }
+            });
+            named.close().await?;
             Ok(result?)
         }
         StoreCommand::Status { name } => {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
-            crate::print_status(&named.store).await
+            crate::print_status(&named.stats().await?, named.count(None).await?)
         }
         StoreCommand::Merge { name } => {
             let named = registry
                 .open_with(&name, &options, false, |c| c.with_manual_maintenance())
                 .await?;
-            let stats = named.store.merge().await;
-            named.store.close().await?;
+            let stats = named.merge().await;
+            named.close().await?;
             crate::print_merge(&stats?);
             Ok(())
         }
@@ -281,26 +274,26 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             // Compaction commits to the base table only: no writer is claimed,
             // so a running service keeps writing.
             let named = registry.open_with(&name, &options, true, |c| c).await?;
-            crate::print_compaction(&named.store.compact().await?);
+            crate::print_compaction(&named.compact().await?);
             Ok(())
         }
         StoreCommand::Get { name, ids } => {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let projection = lance_context_host::query::default_projection(&named.entry.spec);
-            print_json_lines(&named.store.lookup(&ids, Some(&projection)).await?)
+            let projection = lance_context_host::default_projection(&named.entry().spec);
+            print_json_lines(&named.lookup(&ids, Some(&projection)).await?)
         }
         StoreCommand::Scan { name, scan } => {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
-            let request = scan.request(Some(lance_context_host::query::default_projection(
-                &named.entry.spec,
+            let request = scan.request(Some(lance_context_host::default_projection(
+                &named.entry().spec,
             )))?;
-            print_json_lines(&named.store.scan(request).await?)
+            print_json_lines(&named.scan(request).await?)
         }
         StoreCommand::Query { name, query, args } => {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
             let Some(query) = query else {
-                for q in &named.entry.spec.queries {
+                for q in &named.entry().spec.queries {
                     println!(
                         "{:<16} {:<28} {}{}",
                         q.name,
@@ -316,8 +309,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
                 return Ok(());
             };
             let reduces = named
-                .entry
-                .spec
+                .spec()
                 .queries
                 .iter()
                 .any(|q| q.name == query && q.reduce);
@@ -333,7 +325,7 @@ pub async fn run(args: StoreArgs) -> Result<()> {
 /// Add `lines` in batches of `batch_rows`; the number added. A refused batch
 /// stops the run: its problems are printed by line, earlier batches stay.
 async fn add_in_batches(
-    named: &lance_context_host::registry::NamedStore,
+    named: &lance_context_host::NamedStore,
     lines: &[(usize, &str)],
     batch_rows: usize,
 ) -> Result<usize> {
@@ -342,7 +334,7 @@ async fn add_in_batches(
         let joined: Vec<&str> = chunk.iter().map(|(_, l)| *l).collect();
         let first = chunk[0].0;
         // The typed error stays the source (exit codes), with where it stopped.
-        let stop = |e: pipeline::PipelineError, what: String| {
+        let stop = |e: lance_context_host::PipelineError, what: String| {
             anyhow::Error::new(e).context(if added == 0 {
                 format!("{what}nothing was added")
             } else {
@@ -351,11 +343,14 @@ async fn add_in_batches(
                 )
             })
         };
-        let batch = match pipeline::rows_from_json(&named.plugin, joined.join("\n").as_bytes()) {
+        let batch = match lance_context_host::rows_from_json(
+            named.plugin(),
+            joined.join("\n").as_bytes(),
+        ) {
             Ok(batch) => batch,
             Err(e) => {
                 let at = match &e {
-                    pipeline::PipelineError::InvalidInput { row: Some(row), .. } => {
+                    lance_context_host::PipelineError::InvalidInput { row: Some(row), .. } => {
                         format!("at line {}: ", chunk[*row].0)
                     }
                     _ => String::new(),
@@ -365,7 +360,7 @@ async fn add_in_batches(
         };
         match named.add(&batch).await {
             Ok(_) => added += batch.num_rows(),
-            Err(pipeline::PipelineError::Plugin(e)) if e.row_errors().is_some() => {
+            Err(lance_context_host::PipelineError::Plugin(e)) if e.row_errors().is_some() => {
                 let rows = e.row_errors().unwrap_or_default();
                 for r in rows {
                     let line = chunk.get(r.row as usize).map_or(0, |(n, _)| *n);
@@ -378,7 +373,7 @@ async fn add_in_batches(
                     }
                 }
                 let what = format!("{} record(s) rejected; ", rows.len());
-                return Err(stop(pipeline::PipelineError::Plugin(e), what));
+                return Err(stop(lance_context_host::PipelineError::Plugin(e), what));
             }
             Err(e) => return Err(stop(e, String::new())),
         }

@@ -34,9 +34,9 @@ use anyhow::{Context, Result, bail};
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use clap::Args;
-use lance_context_host::plugin::{PluginLimits, PluginRuntime};
-use lance_context_host::registry::{CreateOptions, NamedStore, Registry, SchemaSource};
 use lance_context_host::spec::SchemaSpec;
+use lance_context_host::{CreateOptions, NamedStore, Registry, SchemaSource};
+use lance_context_host::{PluginLimits, PluginRuntime};
 use lance_context_store::{ErrorKind, ScanRequest};
 
 const STORE: &str = "torture";
@@ -115,7 +115,7 @@ fn options(list: &[crate::StorageOption]) -> HashMap<String, String> {
 fn registry(root: &Path) -> Result<Registry> {
     let runtime = Arc::new(PluginRuntime::new(
         PluginLimits::default(),
-        lance_context_host::plugin::default_cache_dir().as_deref(),
+        lance_context_host::default_cache_dir().as_deref(),
     )?);
     Ok(Registry::at(root, runtime)?)
 }
@@ -191,7 +191,6 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
                 (
                     "delete",
                     named
-                        .store
                         .delete(&refs)
                         .await
                         .map(|_| join(&keys))
@@ -203,7 +202,6 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
                 (
                     "merge",
                     named
-                        .store
                         .merge()
                         .await
                         .map(|_| String::new())
@@ -215,7 +213,6 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
                 (
                     "compact",
                     named
-                        .store
                         .compact()
                         .await
                         .map(|_| String::new())
@@ -236,7 +233,7 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
                     // Taken over by the maintainer: the writer takes the
                     // store back, as a service would.
                     ErrorKind::Conflict | ErrorKind::Unavailable => {
-                        if named.store.reclaim().await.is_err() {
+                        if named.reclaim().await.is_err() {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
                     }
@@ -255,8 +252,8 @@ fn store_error(e: lance_context_store::Error) -> (ErrorKind, String) {
 
 /// The kind of a failed add: the engine's, or `Busy` for a plugin without a
 /// free call slot; anything else from the plugin is unexpected here.
-fn pipeline_kind(e: &lance_context_host::pipeline::PipelineError) -> ErrorKind {
-    use lance_context_host::pipeline::PipelineError;
+fn pipeline_kind(e: &lance_context_host::PipelineError) -> ErrorKind {
+    use lance_context_host::PipelineError;
     match e {
         PipelineError::Store(e) => e.kind(),
         PipelineError::Plugin(p) if p.is_busy() => ErrorKind::Busy,
@@ -285,12 +282,12 @@ pub async fn maintainer(args: WorkerArgs) -> Result<()> {
                 let named = reg
                     .open_with(STORE, &storage, false, |c| c.with_manual_maintenance())
                     .await?;
-                let merged = named.store.merge().await;
-                named.store.close().await?;
+                let merged = named.merge().await;
+                named.close().await?;
                 merged?;
             } else {
                 let named = reg.open_with(STORE, &storage, true, |c| c).await?;
-                named.store.compact().await?;
+                named.compact().await?;
             }
             anyhow::Ok(())
         }
@@ -430,11 +427,8 @@ async fn check(root: &Path, storage: &HashMap<String, String>, log: &Log) -> Res
             .collect())
     };
     let snapshot = async || -> Result<(Vec<(u64, i64)>, u64)> {
-        let scan = named
-            .store
-            .scan(ScanRequest::new().project(["id", "v"]))
-            .await?;
-        Ok((read(&scan)?, named.store.count(None).await?))
+        let scan = named.scan(ScanRequest::new().project(["id", "v"])).await?;
+        Ok((read(&scan)?, named.count(None).await?))
     };
     let (scanned, count) = snapshot().await?;
     let mut seen: HashMap<u64, i64> = HashMap::new();
@@ -470,11 +464,7 @@ async fn check(root: &Path, storage: &HashMap<String, String>, log: &Log) -> Res
         }
     }
     // A merge changes nothing a reader sees.
-    named
-        .store
-        .merge()
-        .await
-        .context("merging after the kill")?;
+    named.merge().await.context("merging after the kill")?;
     let (after, _) = snapshot().await?;
     let after: HashMap<u64, i64> = after.into_iter().collect();
     if after != seen {
@@ -486,16 +476,11 @@ async fn check(root: &Path, storage: &HashMap<String, String>, log: &Log) -> Res
         .add(&rows(&[KEYS + 1], 1, 1)?)
         .await
         .context("writing after the kill")?;
-    if named
-        .store
-        .get(&format!("k{:04}", KEYS + 1))
-        .await?
-        .is_none()
-    {
+    if named.get(&format!("k{:04}", KEYS + 1)).await?.is_none() {
         out.problems
             .push("a write after the kill is not read back".into());
     }
-    named.store.close().await?;
+    named.close().await?;
     Ok(out)
 }
 
@@ -536,7 +521,7 @@ pub async fn run(args: TortureArgs) -> Result<()> {
             create.uri = Some(format!("{}/{seed}", base_uri.trim_end_matches('/')));
             create.storage_options = storage.clone();
         }
-        reg.create(STORE, create).await?.store.close().await?;
+        reg.create(STORE, create).await?.close().await?;
 
         let mut writer = spawn("torture-writer", &root, seed, &args.storage_options)?;
         let with_maintainer = rng.below(10) < 7;

@@ -318,16 +318,7 @@ pub enum KeyIndex {
     ZoneMap,
 }
 
-/// Distance metric of a vector column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    /// Euclidean distance.
-    L2,
-    /// 1 − cosine similarity.
-    Cosine,
-    /// Negative dot product.
-    Dot,
-}
+pub use lance_context_spec::Metric;
 
 /// Kind of vector index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

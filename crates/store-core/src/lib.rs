@@ -23,7 +23,8 @@
 //!
 //! Known limits: an add larger than `WriterSettings::max_memtable_rows` is
 //! written as several puts, so a crash (or fence) part-way can leave a prefix of
-//! it durable; every add makes a generation that reads open until it is merged
+//! it durable (rows that must become visible together — a new version and the
+//! record it supersedes — always share a put); every add makes a generation that reads open until it is merged
 //! into the base table (see [`Store::wal_status`] and the merge triggers).
 //!
 //! ## Fencing policy
@@ -36,9 +37,10 @@
 //!
 //! ## One key, one shard
 //! Lance dedupes within a shard only. With [`ShardPolicy::SingleWriter`] (the
-//! default) a writer does not open while another shard holds unmerged
-//! generations ([`Error::ShardConflict`]): that is what renaming an instance
-//! would otherwise silently break. [`ShardPolicy::PartitionedKeys`] lets several
+//! default) a writer that opens (or reclaims) takes every other shard over
+//! first — claims it, fencing a writer still on it, replays its WAL tail and
+//! merges it — and accepts no add until that is done; when the takeover fails
+//! the open is refused with [`Error::ShardConflict`]. [`ShardPolicy::PartitionedKeys`] lets several
 //! instances write, on the caller's promise that each key has one writer.
 //!
 //! ## Read path
@@ -51,8 +53,9 @@
 //! ## Maintenance
 //! [`Store::merge`] folds this instance's unmerged generations into the base
 //! table: streaming in passes bounded by a byte budget, tombstones applied as
-//! deletes, and the "merged up to" marker committed atomically with the last
-//! pass, so a crash anywhere neither loses nor duplicates a row; merged
+//! deletes, each pass committing its own "merged up to" marker atomically with
+//! its data (a stale pass is refused whole), so a crash anywhere neither loses
+//! nor duplicates a row; merged
 //! generations and replayed WAL files are removed after a grace period (see the
 //! `merge` module). Triggers: generation count after add, a timer, or explicit.
 //! [`Store::compact`] runs Lance compaction with deferred index remap behind a
@@ -86,7 +89,6 @@ mod error;
 mod id;
 mod merge;
 mod read;
-mod records;
 mod store;
 mod writer;
 
@@ -102,6 +104,6 @@ pub use merge::MergeStats;
 #[cfg(feature = "failpoints")]
 pub use merge::{MergeFailpoint, MergeHook, ReclaimHook};
 pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility, check_plain_predicate};
-pub use records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
+pub use store::records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
 pub use writer::AddOutcome;

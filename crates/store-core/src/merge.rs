@@ -118,7 +118,8 @@ pub type MergeHook = Arc<
 >;
 
 /// A pause a test can put inside `reclaim` (failpoints feature): awaited
-/// after the shard is claimed, before the other shards are taken over.
+/// after the shard is claimed, before the other shards are taken over; also
+/// the pause of [`crate::Store::pause_next_read`].
 #[cfg(feature = "failpoints")]
 pub type ReclaimHook =
     Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;

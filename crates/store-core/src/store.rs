@@ -1,5 +1,7 @@
 //! [`Store`]: one dataset, one resident writer, the LSM read path.
 
+pub(crate) mod records;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -16,13 +18,14 @@ use crate::config::{RecordCapabilities, ShardPolicy, StoreConfig};
 use crate::conform::Schemas;
 use crate::dataset::{Location, Opener, ensure_mem_wal};
 use crate::engine::{Background, CompactionState, CompactionStats, Engine, Settings, StoreStats};
+use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use crate::id::shard_id_for_instance;
 #[cfg(feature = "failpoints")]
 use crate::merge::MergeFailpoint;
 use crate::merge::{MergeState, MergeStats};
 use crate::read::{
-    BatchStream, ScanRequest, VectorQuery, collect, execute, plan_lookup, plan_scan,
+    BatchStream, ReadView, ScanRequest, VectorQuery, collect, execute, plan_lookup, plan_scan,
 };
 use crate::writer::{AddOutcome, Writer};
 
@@ -30,7 +33,7 @@ use crate::writer::{AddOutcome, Writer};
 const GENERATION_CACHE_ENTRIES: u64 = 512;
 
 /// Field metadata that marks the key column for Lance's MemWAL.
-pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
+pub use lance_context_spec::PRIMARY_KEY_METADATA;
 
 /// A store: a Lance dataset with this instance's resident MemWAL writer.
 ///
@@ -47,6 +50,10 @@ pub struct Store {
     /// tombstone) of this store handle.
     pub(crate) record_lock: tokio::sync::Mutex<()>,
     shard_policy: ShardPolicy,
+    /// Awaited by the next read between taking its view and reading
+    /// (failpoints: a reader slower than cleanup).
+    #[cfg(feature = "failpoints")]
+    read_pause: std::sync::Mutex<Option<crate::ReclaimHook>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -144,7 +151,7 @@ impl Store {
         }
         let stored: SchemaRef = Arc::new(Schema::from(dataset.schema()));
         let schemas = resolve_schemas(&config, stored)?;
-        crate::records::check_capabilities(&config.capabilities, &schemas.logical)?;
+        records::check_capabilities(&config.capabilities, &schemas.logical)?;
         let shard = shard_id_for_instance(&config.instance_id);
         if config.merge.cleanup_grace.is_zero() {
             return Err(Error::invalid_argument(
@@ -194,6 +201,8 @@ impl Store {
             capabilities: config.capabilities,
             record_lock: tokio::sync::Mutex::new(()),
             shard_policy: config.shard_policy,
+            #[cfg(feature = "failpoints")]
+            read_pause: std::sync::Mutex::new(None),
         })
     }
 
@@ -280,7 +289,7 @@ impl Store {
     /// Write a record batch whose linked rows (a new version and the
     /// rewritten version it supersedes, rows sharing a key) must become
     /// visible together: each group goes whole into one atomic write.
-    pub(crate) async fn write_linked(&self, linked: crate::records::Linked) -> Result<()> {
+    pub(crate) async fn write_linked(&self, linked: records::Linked) -> Result<()> {
         let writer = self.engine.writer()?;
         self.engine.check_backpressure().await?;
         let chunks = linked.into_chunks(&self.schemas.key, writer.max_atomic_rows())?;
@@ -370,6 +379,13 @@ impl Store {
         Ok(())
     }
 
+    /// Make this store's next read await `pause` after taking its view and
+    /// before reading (a reader slower than the cleanup grace).
+    #[cfg(feature = "failpoints")]
+    pub fn pause_next_read(&self, pause: crate::ReclaimHook) {
+        *self.read_pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(pause);
+    }
+
     /// Make this store's next write fail after `puts` of its puts (of at
     /// most `max_memtable_rows` rows each) went through, as a crash would
     /// cut it (crash tests of writes split over several puts).
@@ -442,15 +458,18 @@ impl Store {
                 declared.dimension
             )));
         }
-        let view = self.engine.view().await?;
-        crate::read::nearest(
-            &view,
-            &self.schemas,
-            declared,
-            query,
-            &self.engine.opener.store_params(),
-            hide.as_ref(),
-        )
+        let hide = hide.as_ref();
+        self.on_view(|view| async move {
+            crate::read::nearest(
+                &view,
+                &self.schemas,
+                declared,
+                query,
+                &self.engine.opener.store_params(),
+                hide,
+            )
+            .await
+        })
         .await
     }
 
@@ -531,8 +550,53 @@ impl Store {
     /// Scan into one batch.
     pub async fn scan(&self, request: ScanRequest) -> Result<RecordBatch> {
         let schema = self.output_schema(request.projection.as_deref())?;
-        let batches = collect(self.scan_stream(request).await?).await?;
+        let (request, hide) = self.with_visibility(request)?;
+        let (request, hide) = (&request, hide.as_ref());
+        let batches = self
+            .on_view(|view| async move {
+                let (plan, projection) = plan_scan(&view, &self.schemas, request, hide).await?;
+                collect(execute(plan, self.schemas.clone(), projection)?).await
+            })
+            .await?;
         Ok(concat_batches(&schema, &batches)?)
+    }
+
+    /// Run a read on a fresh view. A read slower than `merge.cleanup_grace`
+    /// may find a generation it listed merged and removed meanwhile (the
+    /// file is gone); when the base table has moved on since
+    /// the view was taken, the read runs once more on a new view, which no
+    /// longer lists it. (A streamed scan cannot be re-run part-way; it fails.)
+    async fn on_view<T, F, Fut>(&self, read: F) -> Result<T>
+    where
+        F: Fn(ReadView) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let view = self.engine.view().await?;
+        let version = view.dataset.version().version;
+        #[cfg(feature = "failpoints")]
+        {
+            let pause = self
+                .read_pause
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(pause) = pause {
+                pause().await;
+            }
+        }
+        match read(view).await {
+            // Lance reports the vanished file as not found, or (through its
+            // cache of opened generations) as a storage error.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Storage) => {
+                let again = self.engine.view().await?;
+                if again.dataset.version().version == version {
+                    return Err(e);
+                }
+                tracing::debug!("a read outlived cleanup of what it listed; reading again");
+                read(again).await
+            }
+            other => other,
+        }
     }
 
     /// The plan a scan would run, for operators (`EXPLAIN`).
@@ -557,17 +621,26 @@ impl Store {
     /// the unmerged generations (new keys added, deleted ones taken away).
     pub async fn count(&self, filter: Option<&str>) -> Result<u64> {
         if filter.is_none() && self.capabilities == RecordCapabilities::default() {
-            let view = self.engine.view().await?;
-            return crate::read::count_all(&view, &self.schemas.key, &self.engine.opener).await;
+            return self
+                .on_view(|view| async move {
+                    crate::read::count_all(&view, &self.schemas.key, &self.engine.opener).await
+                })
+                .await;
         }
         let mut request = ScanRequest::new().project([self.schemas.key.clone()]);
         request.filter = filter.map(str::to_string);
-        let mut stream = self.scan_stream(request).await?;
-        let mut rows = 0u64;
-        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
-            rows += batch?.num_rows() as u64;
-        }
-        Ok(rows)
+        let (request, hide) = self.with_visibility(request)?;
+        let (request, hide) = (&request, hide.as_ref());
+        self.on_view(|view| async move {
+            let (plan, projection) = plan_scan(&view, &self.schemas, request, hide).await?;
+            let mut stream = execute(plan, self.schemas.clone(), projection)?;
+            let mut rows = 0u64;
+            while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+                rows += batch?.num_rows() as u64;
+            }
+            Ok(rows)
+        })
+        .await
     }
 
     /// The row with key `id`, newest version, as a one-row batch.
@@ -604,14 +677,17 @@ impl Store {
         if ids.is_empty() {
             return Ok(RecordBatch::new_empty(schema));
         }
-        let view = self.engine.view().await?;
-        let plan = plan_lookup(&view, &self.schemas, ids, projection).await?;
-        let batches = collect(execute(
-            plan,
-            self.schemas.clone(),
-            projection.map(<[String]>::to_vec),
-        )?)
-        .await?;
+        let batches = self
+            .on_view(|view| async move {
+                let plan = plan_lookup(&view, &self.schemas, ids, projection).await?;
+                collect(execute(
+                    plan,
+                    self.schemas.clone(),
+                    projection.map(<[String]>::to_vec),
+                )?)
+                .await
+            })
+            .await?;
         let found = concat_batches(&schema, &batches)?;
         order_by_keys(&found, &self.schemas.key, ids)
     }

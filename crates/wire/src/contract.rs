@@ -1,12 +1,8 @@
 //! Contract constants and types both sides share.
 
-/// The contract's ABI version (`lance-context:plugin@0.1.0`): what a plugin's
-/// `describe` reports and the host checks.
-pub const ABI_VERSION: u32 = 1;
-
-/// Field metadata marking the key column (Lance's unenforced primary key;
-/// the MemWAL merges on it).
-pub const PRIMARY_KEY_METADATA: &str = "lance-schema:unenforced-primary-key";
+pub use lance_context_spec::{
+    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, TOMBSTONE_CONTENT_TYPE,
+};
 
 /// One problem in one row (rows are zero-based positions in the whole input),
 /// as the contract's `row-error` carries it.

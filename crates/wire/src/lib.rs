@@ -37,7 +37,9 @@ mod contract;
 pub mod craft;
 mod walk;
 
-pub use contract::{ABI_VERSION, PRIMARY_KEY_METADATA, RowError};
+pub use contract::{
+    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, RowError, TOMBSTONE_CONTENT_TYPE,
+};
 pub use walk::{StreamShape, inspect};
 
 /// Bounds on a stream a decoder accepts.

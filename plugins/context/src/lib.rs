@@ -26,7 +26,7 @@ use lance_context_plugin::*;
 pub const VERSION: &str = "0.1.0";
 
 /// The reserved `content_type` of a tombstone record. Callers may not write it.
-pub const TOMBSTONE_CONTENT_TYPE: &str = "application/vnd.lance-context.tombstone";
+pub use lance_context_plugin::TOMBSTONE_CONTENT_TYPE;
 
 /// Schema metadata key holding the distance metric.
 pub const METRIC_METADATA: &str = "lance-context:distance_metric";

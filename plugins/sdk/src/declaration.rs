@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use arrow_schema::{DataType, Field, Schema};
 
-pub use lance_context_wire::{ABI_VERSION, PRIMARY_KEY_METADATA};
+pub use lance_context_wire::{
+    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, TOMBSTONE_CONTENT_TYPE,
+};
 
 /// A non-null Utf8 key column tagged as primary key.
 pub fn key_field(name: &str) -> Field {
@@ -12,14 +14,6 @@ pub fn key_field(name: &str) -> Field {
         PRIMARY_KEY_METADATA.to_string(),
         "true".to_string(),
     )]))
-}
-
-/// Distance metric of a vector column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    L2,
-    Cosine,
-    Dot,
 }
 
 /// A vector column declaration.

@@ -44,8 +44,8 @@ pub mod bindings;
 pub use arrow_array::{self, Array, ArrayRef, RecordBatch};
 pub use arrow_schema::{self, DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use declaration::{
-    ABI_VERSION, Capabilities, Declaration, Metric, NamedQuery, PRIMARY_KEY_METADATA, VectorColumn,
-    key_field,
+    ABI_VERSION, Capabilities, Capability, Declaration, Metric, NamedQuery, PRIMARY_KEY_METADATA,
+    TOMBSTONE_CONTENT_TYPE, VectorColumn, key_field,
 };
 pub use errors::{RowError, RowErrors, rows_where_empty, rows_where_null};
 pub use shared::{check_relationships, relationships_field, require_non_empty};

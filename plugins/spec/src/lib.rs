@@ -56,12 +56,7 @@ impl Plugin for SpecPlugin {
             d = d.with_blob(b);
         }
         for v in &spec.vectors {
-            let metric = match v.metric.as_str() {
-                "l2" => Metric::L2,
-                "cosine" => Metric::Cosine,
-                _ => Metric::Dot,
-            };
-            d = d.with_vector(&v.column, v.dimension as u32, metric);
+            d = d.with_vector(&v.column, v.dimension as u32, v.metric);
         }
         d.secondary_key = spec.secondary_key.clone();
         d.queries = spec
@@ -77,10 +72,10 @@ impl Plugin for SpecPlugin {
             })
             .collect();
         d.capabilities = Capabilities {
-            tombstones: spec.has("tombstones"),
-            supersession: spec.has("supersession"),
-            lifecycle: spec.has("lifecycle"),
-            unique_keys: spec.has("unique_keys"),
+            tombstones: spec.has(Capability::Tombstones),
+            supersession: spec.has(Capability::Supersession),
+            lifecycle: spec.has(Capability::Lifecycle),
+            unique_keys: spec.has(Capability::UniqueKeys),
         };
         Ok(d)
     }

@@ -77,7 +77,7 @@ pub(crate) struct RawDeclaration {
     pub blob_columns: Vec<String>,
     pub vectors: Vec<(String, u32, Metric)>,
     pub secondary_key: Option<String>,
-    pub capabilities: Vec<&'static str>,
+    pub capabilities: Vec<crate::spec::Capability>,
     pub has_transform: bool,
     pub queries: Vec<crate::spec::QuerySpec>,
 }
@@ -137,11 +137,12 @@ pub(crate) fn declaration(plugin: &str, d: SchemaDecl) -> Result<RawDeclaration,
             })
         })
         .collect::<Result<Vec<_>, PluginError>>()?;
+    use crate::spec::Capability;
     let capabilities = [
-        (Capabilities::TOMBSTONES, "tombstones"),
-        (Capabilities::SUPERSESSION, "supersession"),
-        (Capabilities::LIFECYCLE, "lifecycle"),
-        (Capabilities::UNIQUE_KEYS, "unique_keys"),
+        (Capabilities::TOMBSTONES, Capability::Tombstones),
+        (Capabilities::SUPERSESSION, Capability::Supersession),
+        (Capabilities::LIFECYCLE, Capability::Lifecycle),
+        (Capabilities::UNIQUE_KEYS, Capability::UniqueKeys),
     ]
     .into_iter()
     .filter(|(flag, _)| d.capabilities.contains(*flag))

@@ -46,69 +46,135 @@ pub enum PluginError {
     /// The bytes are not a component this host can compile or link (wrong
     /// world, an import the sandbox does not provide, too large).
     #[error("plugin {plugin}: cannot load: {message}")]
-    Load { plugin: String, message: String },
+    Load {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The plugin was built against an ABI this host does not speak.
     #[error(
         "plugin {plugin}: ABI version {found} is not supported (this host speaks {ABI_VERSION})"
     )]
-    UnsupportedAbi { plugin: String, found: u32 },
+    UnsupportedAbi {
+        /// The plugin's name.
+        plugin: String,
+        /// The ABI version the plugin reports.
+        found: u32,
+    },
     /// `describe` refused the creation parameters.
     #[error("plugin {plugin}: invalid parameters: {message}")]
-    InvalidParams { plugin: String, message: String },
+    InvalidParams {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The declaration breaks the spec rules (every problem found).
     #[error("plugin {plugin}: invalid declaration: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     InvalidDeclaration {
+        /// The plugin's name.
         plugin: String,
+        /// Every problem found.
         problems: Vec<SpecProblem>,
     },
     /// `validate` or `transform` rejected rows. `errors` holds the first ones
     /// (up to the host's cap), `total` how many the plugin reported.
     #[error("plugin {plugin}: {total} row error(s), first: {}", errors.first().map(ToString::to_string).unwrap_or_default())]
     Rejected {
+        /// The plugin's name.
         plugin: String,
+        /// The first row errors (up to the cap).
         errors: Vec<RowError>,
+        /// How many row errors the plugin reported.
         total: usize,
     },
     /// The call ran past its deadline.
     #[error("plugin {plugin}: call exceeded its deadline of {deadline:?}")]
-    Timeout { plugin: String, deadline: Duration },
+    Timeout {
+        /// The plugin's name.
+        plugin: String,
+        /// The deadline per call.
+        deadline: Duration,
+    },
     /// The instance tried to use more memory (all its memories and tables
     /// together) than the cap.
     #[error("plugin {plugin}: exceeded its memory limit of {limit} bytes")]
-    MemoryLimit { plugin: String, limit: usize },
+    MemoryLimit {
+        /// The plugin's name.
+        plugin: String,
+        /// The limit.
+        limit: usize,
+    },
     /// The guest panicked.
     #[error("plugin {plugin}: panicked: {message}")]
-    Panic { plugin: String, message: String },
+    Panic {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The plugin did something the sandbox forbids.
     #[error("plugin {plugin}: stopped: {violation}")]
     Forbidden {
+        /// The plugin's name.
         plugin: String,
+        /// What the plugin tried.
         violation: Violation,
     },
     /// Any other trap (stack overflow, unreachable code, too many instances…).
     #[error("plugin {plugin}: trapped: {message}")]
-    Trap { plugin: String, message: String },
+    Trap {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// An output (a batch, a declaration field, a reduce result, an error
     /// list) is larger than its cap.
     #[error("plugin {plugin}: {what} of {size} exceeds the limit of {limit}")]
     OutputTooLarge {
+        /// The plugin's name.
         plugin: String,
+        /// What was measured.
         what: &'static str,
+        /// Its size.
         size: usize,
+        /// The limit.
         limit: usize,
     },
     /// The output is not valid Arrow IPC of the contract, or not JSON.
     #[error("plugin {plugin}: malformed output: {message}")]
-    MalformedOutput { plugin: String, message: String },
+    MalformedOutput {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The output does not match the declared schema.
     #[error("plugin {plugin}: output does not match the declared schema: {message}")]
-    SchemaMismatch { plugin: String, message: String },
+    SchemaMismatch {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The plugin reported its input as malformed (a host bug or version skew).
     #[error("plugin {plugin}: rejected its input as malformed: {message}")]
-    MalformedInput { plugin: String, message: String },
+    MalformedInput {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Every call slot stayed busy for longer than the wait allows.
     #[error("plugin {plugin}: no call slot came free within {waited:?}; the host is busy")]
-    Busy { plugin: String, waited: Duration },
+    Busy {
+        /// The plugin's name.
+        plugin: String,
+        /// How long the call waited.
+        waited: Duration,
+    },
 }
 
 impl PluginError {

@@ -24,8 +24,7 @@ use super::output::{assemble, check_derived, json_document, panic_message};
 use super::sandbox::{self, HostState};
 use crate::spec::{KeyRule, SchemaSpec, SpecProblem, VectorSpec};
 
-/// The contract ABI version this host speaks (`lance-context:plugin@0.1.0`).
-pub const ABI_VERSION: u32 = lance_context_wire::ABI_VERSION;
+pub use lance_context_wire::ABI_VERSION;
 
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -712,16 +711,15 @@ impl Inner {
                 column,
                 dimension: i64::from(dimension),
                 metric: match metric {
-                    abi::Metric::L2 => "l2",
-                    abi::Metric::Cosine => "cosine",
-                    abi::Metric::Dot => "dot",
-                }
-                .to_string(),
+                    abi::Metric::L2 => crate::spec::Metric::L2,
+                    abi::Metric::Cosine => crate::spec::Metric::Cosine,
+                    abi::Metric::Dot => crate::spec::Metric::Dot,
+                },
             })
             .collect();
         spec.secondary_key = raw.secondary_key;
         spec.queries = raw.queries;
-        spec.capabilities = raw.capabilities.iter().map(|c| c.to_string()).collect();
+        spec.capabilities = raw.capabilities;
         // The built-in datagen schema keys by `event_id`; the registry holds
         // user schemas to `id`.
         let schema = spec
@@ -738,10 +736,9 @@ impl Inner {
             .filter_map(|(i, q)| {
                 let probe: Vec<(String, String)> =
                     q.params.iter().map(|p| (p.clone(), "x".into())).collect();
-                let filter = q
-                    .bind(&probe)
-                    .map_err(|e| e.to_string())
-                    .and_then(|f| lance_context_store::check_plain_predicate(&f));
+                let filter = q.bind(&probe).map_err(|e| e.to_string()).and_then(|f| {
+                    lance_context_store::check_plain_predicate(&f).map_err(|e| e.to_string())
+                });
                 filter.err().map(|message| SpecProblem {
                     field: format!("queries[{i}].filter"),
                     message,

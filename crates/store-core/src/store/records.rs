@@ -52,13 +52,13 @@ use arrow_schema::{DataType, Schema, TimeUnit};
 use lance::dataset::mem_wal::scanner::parse_filter_expr;
 use lance::deps::datafusion::logical_expr::Expr;
 
+use super::Store;
 use crate::config::RecordCapabilities;
 use crate::error::{BatchProblem, Error, Result};
 use crate::read::{ScanRequest, Visibility};
-use crate::store::Store;
 
 /// The reserved `content_type` of a tombstone row.
-pub const TOMBSTONE_CONTENT_TYPE: &str = "application/vnd.lance-context.tombstone";
+pub use lance_context_spec::TOMBSTONE_CONTENT_TYPE;
 
 const CONTENT_TYPE: &str = "content_type";
 const SUPERSEDES: &str = "supersedes_id";

@@ -1,0 +1,670 @@
+//! The rules of a [`SchemaSpec`], one function each; [`SchemaSpec::check`]
+//! runs them all and reports every problem found, naming its field.
+
+use std::collections::{BTreeMap, HashSet};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+
+use crate::error::{SpecErrors, SpecProblem};
+use crate::query::{placeholders, quoted_placeholders};
+use crate::spec::*;
+
+/// Which key columns are allowed: `id` for every schema, plus `event_id` for
+/// the built-in datagen schema (kept for compatibility with its data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyRule {
+    /// The key must be `id`.
+    #[default]
+    IdOnly,
+    /// A built-in schema: its documented key.
+    Builtin,
+}
+
+/// Where a rule reports a problem: (field, message).
+type Report<'r> = &'r mut dyn FnMut(String, String);
+
+/// What the column rules found: the names declared, and the parsed type of
+/// every column whose type is fine. The later rules look columns up here.
+struct Columns<'a> {
+    seen: HashSet<&'a str>,
+    types: BTreeMap<&'a str, DataType>,
+}
+
+impl SchemaSpec {
+    /// Check every rule; every problem found, or the Arrow schema (the key
+    /// column tagged as the primary key).
+    pub fn check(&self, key_rule: KeyRule) -> Result<Arc<Schema>, SpecErrors> {
+        let mut problems = Vec::new();
+        let mut p = |field: String, message: String| problems.push(SpecProblem { field, message });
+        shape(self, &mut p);
+        let Columns { seen, types } = columns(self, &mut p);
+        key(self, key_rule, &types, &mut p);
+        blob_columns(self, &seen, &types, &mut p);
+        vectors(self, &seen, &types, &mut p);
+        secondary_key(self, &seen, &types, &mut p);
+        capabilities(self, &types, &mut p);
+        queries(self, &seen, &mut p);
+        if !problems.is_empty() {
+            return Err(SpecErrors {
+                name: self.name.clone(),
+                problems,
+            });
+        }
+        let fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|c| {
+                let mut metadata: std::collections::HashMap<String, String> =
+                    c.metadata.clone().into_iter().collect();
+                if c.name == self.key {
+                    metadata.insert(PRIMARY_KEY_METADATA.to_string(), "true".to_string());
+                }
+                Field::new(&c.name, types[c.name.as_str()].clone(), c.nullable)
+                    .with_metadata(metadata)
+            })
+            .collect();
+        Ok(Arc::new(Schema::new(fields)))
+    }
+}
+
+/// A name, and between one and [`MAX_COLUMNS`] columns.
+fn shape(spec: &SchemaSpec, p: Report) {
+    if spec.name.trim().is_empty() {
+        p("name".into(), "the schema needs a name".into());
+    }
+    if spec.columns.is_empty() {
+        p(
+            "columns".into(),
+            "a schema needs at least one column".into(),
+        );
+    }
+    if spec.columns.len() > MAX_COLUMNS {
+        p(
+            "columns".into(),
+            format!(
+                "{} columns; a schema has at most {MAX_COLUMNS}",
+                spec.columns.len()
+            ),
+        );
+    }
+}
+
+/// Each column: a printable, unreserved, unique name; a supported Arrow type
+/// within the size bounds; value rules that fit its type; printable
+/// metadata. Together the fixed-width columns stay under
+/// [`MAX_FIXED_ROW_BYTES`] a row.
+fn columns<'a>(spec: &'a SchemaSpec, p: Report) -> Columns<'a> {
+    let mut seen = HashSet::new();
+    let mut types: BTreeMap<&'a str, DataType> = BTreeMap::new();
+    let mut row_bytes: u128 = 0;
+    for (i, c) in spec.columns.iter().enumerate() {
+        let at = |what: &str| format!("columns[{i}]{what}");
+        if let Err(why) = check_name(&c.name) {
+            p(at(".name"), why);
+        }
+        if c.name.is_empty() {
+            p(at(".name"), "a column needs a name".into());
+        } else if RESERVED_COLUMNS.contains(&c.name.as_str()) || c.name.starts_with('_') {
+            p(
+                at(".name"),
+                format!(
+                    "'{}' is reserved (the engine's system columns: {}, and every other name starting with '_')",
+                    c.name,
+                    RESERVED_COLUMNS.join(", ")
+                ),
+            );
+        }
+        if !seen.insert(c.name.as_str()) {
+            p(
+                at(".name"),
+                format!("column '{}' is declared twice", c.name),
+            );
+        }
+        let parsed = type_text(&c.data_type).and_then(|()| {
+            DataType::from_str(&c.data_type)
+                .map_err(|e| format!("'{}' is not an Arrow type: {e}", c.data_type))
+        });
+        match parsed {
+            Err(why) => p(at(".type"), why),
+            Ok(t) => {
+                if let Err(why) = supported(&t).and_then(|()| bounded(&t)) {
+                    p(
+                        at(".type"),
+                        format!(
+                            "column '{}': {why} (supported: {})",
+                            c.name,
+                            SUPPORTED_TYPES.join(", ")
+                        ),
+                    );
+                } else {
+                    row_bytes += fixed_bytes(&t);
+                    types.insert(c.name.as_str(), t);
+                }
+            }
+        }
+        check_rules(c, types.get(c.name.as_str()), p, &at);
+        if let Some(t) = types.get(c.name.as_str())
+            && let Err(why) = nested_names(t)
+        {
+            p(at(".type"), why);
+        }
+        for (k, v) in &c.metadata {
+            if k.chars().chain(v.chars()).any(char::is_control) || k.len() + v.len() > MAX_TYPE_TEXT
+            {
+                p(
+                    at(&format!(".metadata.{}", k.escape_default())),
+                    "metadata keys and values are printable text of at most 1 KiB".into(),
+                );
+            }
+            if v == TOMBSTONE_CONTENT_TYPE {
+                p(
+                    at(&format!(".metadata.{k}")),
+                    "the tombstone content type is reserved".into(),
+                );
+            }
+        }
+    }
+    if row_bytes > MAX_FIXED_ROW_BYTES {
+        p(
+            "columns".into(),
+            format!(
+                "a row's fixed-width columns take {row_bytes} bytes; at most {MAX_FIXED_ROW_BYTES}"
+            ),
+        );
+    }
+    Columns { seen, types }
+}
+
+/// The key: `id` (or, for built-ins, `event_id`), a declared non-null Utf8
+/// column.
+fn key(spec: &SchemaSpec, key_rule: KeyRule, types: &BTreeMap<&str, DataType>, p: Report) {
+    match key_rule {
+        KeyRule::IdOnly if spec.key != "id" => p(
+            "key".into(),
+            format!(
+                "the key column must be 'id' (got '{}'); only the built-in datagen schema keeps 'event_id'",
+                spec.key
+            ),
+        ),
+        KeyRule::Builtin if spec.key != "id" && spec.key != "event_id" => p(
+            "key".into(),
+            format!(
+                "the key column must be 'id' or 'event_id', got '{}'",
+                spec.key
+            ),
+        ),
+        _ => {}
+    }
+    match spec.columns.iter().position(|c| c.name == spec.key) {
+        None => p(
+            "key".into(),
+            format!("the key column '{}' is not among the columns", spec.key),
+        ),
+        Some(i) => {
+            let c = &spec.columns[i];
+            if c.nullable {
+                p(
+                    format!("columns[{i}].nullable"),
+                    format!("the key column '{}' must be non-null", c.name),
+                );
+            }
+            if let Some(t) = types.get(c.name.as_str())
+                && t != &DataType::Utf8
+            {
+                p(
+                    format!("columns[{i}].type"),
+                    format!("the key column '{}' must be Utf8, not {t}", c.name),
+                );
+            }
+        }
+    }
+}
+
+/// Blob columns: declared once each, Binary or LargeBinary.
+fn blob_columns(
+    spec: &SchemaSpec,
+    seen: &HashSet<&str>,
+    types: &BTreeMap<&str, DataType>,
+    p: Report,
+) {
+    let mut blobs = HashSet::new();
+    for (i, b) in spec.blob_columns.iter().enumerate() {
+        let at = format!("blob_columns[{i}]");
+        if !blobs.insert(b) {
+            p(at.clone(), format!("'{b}' is listed twice"));
+        }
+        match types.get(b.as_str()) {
+            None if !seen.contains(b.as_str()) => {
+                p(at, format!("blob column '{b}' is not among the columns"))
+            }
+            Some(DataType::Binary | DataType::LargeBinary) | None => {}
+            Some(t) => p(
+                at,
+                format!("blob column '{b}' must be Binary or LargeBinary, not {t}"),
+            ),
+        }
+    }
+}
+
+/// Vector columns: declared once each, a positive dimension,
+/// `FixedSizeList(dimension x Float32)`.
+fn vectors(spec: &SchemaSpec, seen: &HashSet<&str>, types: &BTreeMap<&str, DataType>, p: Report) {
+    let mut vectors = HashSet::new();
+    for (i, v) in spec.vectors.iter().enumerate() {
+        let at = |what: &str| format!("vectors[{i}]{what}");
+        if !vectors.insert(&v.column) {
+            p(at(".column"), format!("'{}' is declared twice", v.column));
+        }
+        if v.dimension <= 0 {
+            p(
+                at(".dimension"),
+                format!("the dimension must be > 0, got {}", v.dimension),
+            );
+        }
+        match types.get(v.column.as_str()) {
+            None if !seen.contains(v.column.as_str()) => p(
+                at(".column"),
+                format!("vector column '{}' is not among the columns", v.column),
+            ),
+            Some(DataType::FixedSizeList(item, n))
+                if item.data_type() == &DataType::Float32 && i64::from(*n) == v.dimension => {}
+            None => {}
+            Some(t) => p(
+                at(".column"),
+                format!(
+                    "vector column '{}' must be FixedSizeList({} x Float32), not {t}",
+                    v.column, v.dimension
+                ),
+            ),
+        }
+    }
+}
+
+/// The secondary key: a declared Utf8 column other than the key.
+fn secondary_key(
+    spec: &SchemaSpec,
+    seen: &HashSet<&str>,
+    types: &BTreeMap<&str, DataType>,
+    p: Report,
+) {
+    if let Some(s) = &spec.secondary_key {
+        if s == &spec.key {
+            p(
+                "secondary_key".into(),
+                format!("'{s}' is the key column already"),
+            );
+        }
+        match types.get(s.as_str()) {
+            None if !seen.contains(s.as_str()) => p(
+                "secondary_key".into(),
+                format!("the secondary key '{s}' is not among the columns"),
+            ),
+            Some(DataType::Utf8 | DataType::LargeUtf8) | None => {}
+            Some(t) => p(
+                "secondary_key".into(),
+                format!("the secondary key '{s}' must be Utf8, not {t}"),
+            ),
+        }
+    }
+}
+
+/// Capabilities: listed once each, with the columns each needs.
+fn capabilities(spec: &SchemaSpec, types: &BTreeMap<&str, DataType>, p: Report) {
+    let mut caps = HashSet::new();
+    for (i, c) in spec.capabilities.iter().enumerate() {
+        let at = format!("capabilities[{i}]");
+        if !caps.insert(*c) {
+            p(at.clone(), format!("'{c}' is listed twice"));
+        }
+        let needs: &[(&str, &str)] = match c {
+            Capability::Tombstones => &[("content_type", "Utf8")],
+            Capability::Supersession => &[("supersedes_id", "Utf8"), ("superseded_by_id", "Utf8")],
+            Capability::Lifecycle => &[
+                ("expires_at", "Timestamp"),
+                ("lifecycle_status", "Utf8"),
+                ("retired_at", "Timestamp"),
+            ],
+            Capability::UniqueKeys => &[],
+        };
+        for (column, kind) in needs {
+            let ok = match types.get(column) {
+                Some(DataType::Utf8) => *kind == "Utf8",
+                Some(DataType::Timestamp(_, _)) => *kind == "Timestamp",
+                _ => false,
+            };
+            if !ok {
+                p(
+                    at.clone(),
+                    format!("capability '{c}' needs a {kind} column '{column}'"),
+                );
+            }
+        }
+    }
+}
+
+/// Named queries: a name, placeholders that are exactly the params (bare,
+/// not quoted), printable text, orderings by declared columns.
+fn queries(spec: &SchemaSpec, seen: &HashSet<&str>, p: Report) {
+    let mut query_names = HashSet::new();
+    for (i, q) in spec.queries.iter().enumerate() {
+        let at = |what: &str| format!("queries[{i}]{what}");
+        if q.name.is_empty()
+            || !q
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            p(
+                at(".name"),
+                format!("'{}': a query name is letters, digits, '_' and '-'", q.name),
+            );
+        }
+        if !query_names.insert(q.name.as_str()) {
+            p(at(".name"), format!("query '{}' is declared twice", q.name));
+        }
+        let used = match placeholders(&q.filter) {
+            Ok(used) => used,
+            Err(why) => {
+                p(at(".filter"), why);
+                Vec::new()
+            }
+        };
+        for quoted in quoted_placeholders(&q.filter, &q.params) {
+            p(
+                at(".filter"),
+                format!(
+                    "'{{{quoted}}}' is inside quotes; write it bare (`col = {{{quoted}}}`): the host quotes the value"
+                ),
+            );
+        }
+        for u in &used {
+            if !q.params.contains(u) {
+                p(
+                    at(".filter"),
+                    format!("'{{{u}}}' is not one of the query's params"),
+                );
+            }
+        }
+        for param in &q.params {
+            if !used.contains(param) {
+                p(
+                    at(".params"),
+                    format!("'{param}' is not used in the filter"),
+                );
+            }
+        }
+        if q.filter.trim().is_empty() {
+            p(at(".filter"), "a query needs a filter".into());
+        }
+        if q.filter
+            .chars()
+            .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+        {
+            p(
+                at(".filter"),
+                "the filter contains control characters".into(),
+            );
+        }
+        if q.description.chars().any(char::is_control) {
+            p(
+                at(".description"),
+                "the description contains control characters".into(),
+            );
+        }
+        for param in &q.params {
+            if param.is_empty() || !param.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                p(
+                    at(".params"),
+                    format!(
+                        "'{}': a parameter is letters, digits and '_'",
+                        param.escape_default()
+                    ),
+                );
+            }
+        }
+        for (j, o) in q.order_by.iter().enumerate() {
+            let mut parts = o.split_whitespace();
+            let column = parts.next().unwrap_or_default();
+            let direction = parts.next();
+            if !seen.contains(column) {
+                p(
+                    at(&format!(".order_by[{j}]")),
+                    format!("unknown column '{column}'"),
+                );
+            }
+            if direction
+                .is_some_and(|d| !d.eq_ignore_ascii_case("asc") && !d.eq_ignore_ascii_case("desc"))
+                || parts.next().is_some()
+            {
+                p(
+                    at(&format!(".order_by[{j}]")),
+                    format!("'{o}': write 'column', 'column asc' or 'column desc'"),
+                );
+            }
+        }
+    }
+}
+
+fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&str) -> String) {
+    let r = &c.rules;
+    let stringy = matches!(t, Some(DataType::Utf8 | DataType::LargeUtf8) | None);
+    let numeric = t.is_none_or(DataType::is_numeric);
+    if (r.non_empty || r.one_of.is_some() || r.max_length.is_some()) && !stringy {
+        p(
+            at(".rules"),
+            format!(
+                "non_empty, one_of and max_length apply to strings; '{}' is not one",
+                c.name
+            ),
+        );
+    }
+    if (r.min.is_some() || r.max.is_some()) && !numeric {
+        p(
+            at(".rules"),
+            format!("min and max apply to numbers; '{}' is not one", c.name),
+        );
+    }
+    if let (Some(min), Some(max)) = (r.min, r.max)
+        && min > max
+    {
+        p(at(".rules"), format!("min {min} is above max {max}"));
+    }
+    if let Some(values) = &r.one_of {
+        if values.is_empty() {
+            p(
+                at(".rules.one_of"),
+                "one_of needs at least one value".into(),
+            );
+        }
+        if values.iter().any(|v| v == TOMBSTONE_CONTENT_TYPE) {
+            p(
+                at(".rules.one_of"),
+                "the tombstone content type is reserved".into(),
+            );
+        }
+    }
+}
+
+/// A name: 1 to [`MAX_NAME_BYTES`] bytes, no control characters (names
+/// are printed on terminals).
+fn check_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "a name is at most {MAX_NAME_BYTES} bytes, this one has {}",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "'{}' contains control characters",
+            name.escape_default()
+        ));
+    }
+    Ok(())
+}
+
+/// A type string short and shallow enough to parse (Arrow's parser recurses
+/// once per level: 100,000 nested `List(` would overflow the stack).
+fn type_text(text: &str) -> Result<(), String> {
+    if text.len() > MAX_TYPE_TEXT {
+        return Err(format!(
+            "the type is {} bytes long; at most {MAX_TYPE_TEXT}",
+            text.len()
+        ));
+    }
+    let (mut depth, mut deepest, mut quoted) = (0usize, 0usize, false);
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '(' if !quoted => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' if !quoted => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_TYPE_DEPTH {
+        return Err(format!(
+            "the type nests {deepest} levels deep; at most {MAX_TYPE_DEPTH}"
+        ));
+    }
+    Ok(())
+}
+
+/// Names inside a nested type (struct fields, list items) are printable.
+fn nested_names(t: &DataType) -> Result<(), String> {
+    let check = |name: &str| {
+        if name.chars().any(char::is_control) || name.len() > MAX_NAME_BYTES {
+            Err(format!(
+                "the nested field name '{}' is not printable text of at most {MAX_NAME_BYTES} bytes",
+                name.escape_default()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            check(f.name())?;
+            nested_names(f.data_type())
+        }
+        DataType::Struct(fields) => fields.iter().try_for_each(|f| {
+            check(f.name())?;
+            nested_names(f.data_type())
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Nesting depth of a type (a primitive is 1).
+fn depth(t: &DataType) -> usize {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            1 + depth(f.data_type())
+        }
+        DataType::Struct(fields) => {
+            1 + fields
+                .iter()
+                .map(|f| depth(f.data_type()))
+                .max()
+                .unwrap_or(0)
+        }
+        _ => 1,
+    }
+}
+
+/// Bytes one value's fixed-width parts take: what a null of the type costs
+/// (a column of `n` nulls allocates about `n` times this).
+pub fn fixed_width_bytes(t: &DataType) -> u128 {
+    fixed_bytes(t)
+}
+
+fn fixed_bytes(t: &DataType) -> u128 {
+    match t {
+        DataType::FixedSizeList(f, n) => (*n).max(0) as u128 * fixed_bytes(f.data_type()),
+        DataType::Struct(fields) => fields.iter().map(|f| fixed_bytes(f.data_type())).sum(),
+        DataType::Boolean => 1,
+        DataType::LargeUtf8 | DataType::LargeBinary | DataType::LargeList(_) => 8,
+        DataType::Dictionary(k, _) => fixed_bytes(k),
+        other => other.primitive_width().unwrap_or(4) as u128,
+    }
+}
+
+/// Depth, list widths and bytes per value within the limits.
+fn bounded(t: &DataType) -> Result<(), String> {
+    if depth(t) > MAX_TYPE_DEPTH {
+        return Err(format!(
+            "the type nests {} levels deep; at most {MAX_TYPE_DEPTH}",
+            depth(t)
+        ));
+    }
+    fn widths(t: &DataType) -> Result<(), String> {
+        match t {
+            DataType::FixedSizeList(f, n) => {
+                if *n > MAX_FIXED_SIZE {
+                    return Err(format!(
+                        "a fixed-size list of {n} values; at most {MAX_FIXED_SIZE}"
+                    ));
+                }
+                widths(f.data_type())
+            }
+            DataType::List(f) | DataType::LargeList(f) => widths(f.data_type()),
+            DataType::Struct(fields) => fields.iter().try_for_each(|f| widths(f.data_type())),
+            _ => Ok(()),
+        }
+    }
+    widths(t)?;
+    let bytes = fixed_bytes(t);
+    if bytes > MAX_FIXED_ROW_BYTES {
+        return Err(format!(
+            "one value takes {bytes} bytes; at most {MAX_FIXED_ROW_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the generic path supports a type.
+fn supported(t: &DataType) -> Result<(), String> {
+    match t {
+        DataType::Boolean
+        | DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::Date32 => Ok(()),
+        DataType::Timestamp(
+            TimeUnit::Second | TimeUnit::Millisecond | TimeUnit::Microsecond | TimeUnit::Nanosecond,
+            tz,
+        ) => match tz.as_deref() {
+            None | Some("UTC") | Some("+00:00") => Ok(()),
+            Some(other) => Err(format!(
+                "timestamps are stored without a zone or in UTC, not '{other}'"
+            )),
+        },
+        DataType::Dictionary(k, v)
+            if matches!(**k, DataType::Int8 | DataType::Int16 | DataType::Int32)
+                && **v == DataType::Utf8 =>
+        {
+            Ok(())
+        }
+        DataType::List(f) | DataType::LargeList(f) => supported(f.data_type()),
+        DataType::FixedSizeList(f, n) if *n > 0 => supported(f.data_type()),
+        DataType::Struct(fields) if !fields.is_empty() => {
+            fields.iter().try_for_each(|f| supported(f.data_type()))
+        }
+        other => Err(format!("{other} is not supported")),
+    }
+}

@@ -1,0 +1,41 @@
+//! Point lookups by key: the base table through its key index, each
+//! unmerged generation by key — never a full scan.
+
+use std::sync::Arc;
+
+use datafusion::physical_plan::ExecutionPlan;
+use lance::deps::datafusion;
+
+use super::{ReadView, key_filter};
+use crate::conform::Schemas;
+use crate::error::{Error, LanceResultExt, Result};
+
+/// Plan a point lookup of `ids`.
+pub(crate) async fn plan_lookup(
+    view: &ReadView,
+    schemas: &Schemas,
+    ids: &[&str],
+    projection: Option<&[String]>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let read_cols: Vec<String> = match projection {
+        Some(cols) => {
+            let mut cols: Vec<String> = cols
+                .iter()
+                .filter(|c| schemas.stored.field_with_name(c).is_ok())
+                .cloned()
+                .collect();
+            if !cols.contains(&schemas.key) {
+                cols.push(schemas.key.clone());
+            }
+            cols
+        }
+        None => schemas.readable_columns(),
+    };
+    view.scanner(&schemas.key)
+        .project(&read_cols)
+        .map_err(|e| Error::from_lance("projecting", None, e))?
+        .filter_expr(key_filter(&schemas.key, ids))
+        .create_plan()
+        .await
+        .ctx("planning the point lookup")
+}

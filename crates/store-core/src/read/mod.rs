@@ -1,0 +1,270 @@
+//! The read path: one view of base table + every shard's unmerged generations.
+//!
+//! Lance's `LsmScanner` does not discover shards and does not read the
+//! "compacted up to" markers, so [`shard_snapshots`] does both: it lists the
+//! shards, reads each shard's latest manifest, and keeps only generations above
+//! the marker recorded in the base table's MemWAL index. The base version and the
+//! markers come from the same dataset snapshot, read *before* the shard
+//! manifests, so a merge committing in between can only make a generation appear
+//! in both places, where newest-wins dedupe folds it — never in neither.
+
+//!
+//! Each planner has its own module: [`scan`] (filters, order, visibility),
+//! [`lookup`] (point lookups by key), [`nearest`] (vector search).
+
+mod lookup;
+mod nearest;
+mod scan;
+
+pub(crate) use lookup::plan_lookup;
+pub use nearest::VectorQuery;
+pub(crate) use nearest::nearest;
+pub use scan::{ScanRequest, SortKey, Visibility, check_plain_predicate};
+pub(crate) use scan::{combined_filter, plan_scan};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, StringArray};
+use datafusion::common::Column;
+use datafusion::logical_expr::{Expr, lit};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+use futures::{StreamExt, TryStreamExt};
+use lance::Dataset;
+use lance::dataset::mem_wal::scanner::SsTableCache;
+use lance::dataset::mem_wal::{
+    DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot, TOMBSTONE,
+};
+use lance::deps::datafusion;
+use uuid::Uuid;
+
+use crate::conform::Schemas;
+use crate::error::{Error, LanceResultExt, Result};
+
+/// One shard's state as a reader sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardView {
+    pub snapshot: ShardSnapshot,
+    /// Generations flushed but not merged into the base table.
+    pub unmerged: usize,
+    /// Those generations: (generation, directory), oldest first.
+    pub sstables: Vec<(u64, String)>,
+    /// Their rows and bytes as the writer measured them (0 where unmeasured).
+    pub unmerged_rows: u64,
+    pub unmerged_bytes: u64,
+    /// The manifest no longer lists the generation right after the base's
+    /// marker: cleanup removed generations this base snapshot does not hold
+    /// yet (the base moved on while this reader paused), or the numbering
+    /// skips. The engine re-reads the base when the base has moved.
+    pub gap: bool,
+}
+
+/// The snapshots of every shard, with merged generations left out.
+pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>> {
+    let Some(details) = dataset
+        .mem_wal_index_details()
+        .await
+        .ctx("reading the MemWAL index")?
+    else {
+        // Plain Lance dataset (opened read-only): the base table is everything.
+        return Ok(Vec::new());
+    };
+    let compacted: HashMap<Uuid, u64> = details
+        .compacted_sstables
+        .iter()
+        .map(|c| (c.shard_id, c.generation))
+        .collect();
+    let shard_ids = dataset
+        .list_mem_wal_latest_shard_ids()
+        .await
+        .ctx("listing MemWAL shards")?;
+    if shard_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let store = dataset
+        .object_store(None)
+        .await
+        .ctx("opening the object store")?;
+    let base_path = dataset.branch_location().path;
+    let reads = shard_ids.into_iter().map(|shard_id| {
+        let store = store.clone();
+        let base_path = base_path.clone();
+        let merged_up_to = compacted.get(&shard_id).copied().unwrap_or(0);
+        async move {
+            let manifest = ShardManifestStore::new(store, &base_path, shard_id, 2)
+                .latest()
+                .await
+                .ctx("reading a shard manifest")?;
+            let Some(manifest) = manifest else {
+                return Ok::<_, Error>(None);
+            };
+            let mut snapshot = ShardSnapshot::new(shard_id)
+                .with_spec_id(manifest.shard_spec_id)
+                .with_current_generation(manifest.current_generation);
+            let pending: Vec<_> = manifest
+                .sstables
+                .iter()
+                .filter(|s| s.generation > merged_up_to)
+                .collect();
+            let lowest = manifest
+                .sstables
+                .iter()
+                .map(|s| s.generation)
+                .min()
+                .unwrap_or(manifest.current_generation);
+            let gap = lowest > merged_up_to + 1;
+            let unmerged_rows = pending.iter().filter_map(|s| s.physical_rows).sum();
+            let unmerged_bytes = pending.iter().filter_map(|s| s.in_memory_bytes).sum();
+            let mut sstables: Vec<(u64, String)> = pending
+                .iter()
+                .map(|s| (s.generation, s.path.clone()))
+                .collect();
+            sstables.sort();
+            for (generation, path) in &sstables {
+                snapshot = snapshot.with_sstable(*generation, path.clone());
+            }
+            Ok(Some(ShardView {
+                snapshot,
+                unmerged: sstables.len(),
+                sstables,
+                unmerged_rows,
+                unmerged_bytes,
+                gap,
+            }))
+        }
+    });
+    let views = futures::future::try_join_all(reads).await?;
+    Ok(views.into_iter().flatten().collect())
+}
+
+/// Every live key's newest version, counted without reading the base table's
+/// rows: its fragment metadata, plus the unmerged generations' keys that are
+/// new, minus those whose newest version is a tombstone of a base row.
+pub(crate) async fn count_all(
+    view: &ReadView,
+    key: &str,
+    opener: &crate::dataset::Opener,
+) -> Result<u64> {
+    let base = view.dataset.count_rows(None).await.ctx("counting rows")? as u64;
+    // Newest version per key in the unmerged tier: live or deleted.
+    let mut newest: HashMap<String, bool> = HashMap::new();
+    for shard in &view.shards {
+        for (_, path) in shard.sstables.iter().rev() {
+            let generation = opener
+                .open_generation(&view.dataset, &shard.snapshot.shard_id, path)
+                .await?;
+            let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
+            let mut columns = vec![key];
+            if has_tombstones {
+                columns.push(TOMBSTONE);
+            }
+            let mut scan = generation.scan();
+            scan.project(&columns).ctx("projecting the key")?;
+            let mut stream = scan.try_into_stream().await.ctx("reading a generation")?;
+            while let Some(batch) = stream.try_next().await.ctx("reading a generation")? {
+                let keys = batch
+                    .column_by_name(key)
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                    .ok_or_else(|| Error::internal("a generation lacks the key column"))?;
+                let deleted = batch
+                    .column_by_name(TOMBSTONE)
+                    .and_then(|c| c.as_any().downcast_ref::<arrow_array::BooleanArray>());
+                for row in 0..batch.num_rows() {
+                    if keys.is_null(row) {
+                        continue;
+                    }
+                    let live = !deleted.is_some_and(|d| d.is_valid(row) && d.value(row));
+                    newest.entry(keys.value(row).to_string()).or_insert(live);
+                }
+            }
+        }
+    }
+    if newest.is_empty() {
+        return Ok(base);
+    }
+    // Which of those keys the base table holds (through its key index).
+    let mut in_base: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let keys: Vec<&str> = newest.keys().map(String::as_str).collect();
+    for chunk in keys.chunks(1000) {
+        let mut scan = view.dataset.scan();
+        scan.project(&[key])
+            .ctx("projecting the key")?
+            .filter_expr(key_filter(key, chunk));
+        let mut stream = scan.try_into_stream().await.ctx("looking up keys")?;
+        while let Some(batch) = stream.try_next().await.ctx("looking up keys")? {
+            if let Some(col) = batch
+                .column_by_name(key)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            {
+                in_base.extend(col.iter().flatten().map(str::to_string));
+            }
+        }
+    }
+    let added = newest
+        .iter()
+        .filter(|(k, live)| **live && !in_base.contains(*k))
+        .count() as u64;
+    let removed = newest
+        .iter()
+        .filter(|(k, live)| !**live && in_base.contains(*k))
+        .count() as u64;
+    Ok((base + added).saturating_sub(removed))
+}
+
+/// A stream of result batches in the logical schema.
+pub type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch>>;
+
+/// A consistent view to read from.
+pub(crate) struct ReadView {
+    pub dataset: Arc<Dataset>,
+    pub shards: Vec<ShardView>,
+    /// Opened generation datasets, shared by every read of the store.
+    pub generations: Arc<SsTableCache>,
+}
+
+impl ReadView {
+    pub(crate) fn scanner(&self, key: &str) -> LsmScanner {
+        LsmScanner::new(
+            self.dataset.clone(),
+            self.shards.iter().map(|s| s.snapshot.clone()).collect(),
+            vec![key.to_string()],
+        )
+        .with_sstable_cache(self.generations.clone())
+    }
+}
+
+/// Execute a plan, conforming every batch to the logical schema.
+pub(crate) fn execute(
+    plan: Arc<dyn ExecutionPlan>,
+    schemas: Schemas,
+    projection: Option<Vec<String>>,
+) -> Result<BatchStream> {
+    let ctx = SessionContext::new();
+    let stream = plan
+        .execute(0, ctx.task_ctx())
+        .map_err(|e| Error::internal(format!("executing the scan: {e}")))?;
+    Ok(stream
+        .map_err(|e| Error::internal(format!("reading the scan: {e}")))
+        .and_then(move |batch| {
+            let out = schemas.conform_for_read(&batch, projection.as_deref());
+            futures::future::ready(out)
+        })
+        .boxed())
+}
+
+/// Collect a stream into one batch of `schema`'s shape.
+pub(crate) async fn collect(stream: BatchStream) -> Result<Vec<RecordBatch>> {
+    stream.try_collect().await
+}
+
+/// `key = id` or `key IN (ids)` as an expression the LSM scanner routes to its
+/// point-lookup planner (base-table key index + per-generation lookups).
+pub(crate) fn key_filter(key: &str, ids: &[&str]) -> Expr {
+    let column = Expr::Column(Column::new_unqualified(key));
+    if ids.len() == 1 {
+        column.eq(lit(ids[0]))
+    } else {
+        column.in_list(ids.iter().map(|id| lit(*id)).collect(), false)
+    }
+}

@@ -1,0 +1,406 @@
+//! Scans: a request (filter, projection, order, limit, visibility) planned
+//! over the base table and every unmerged generation.
+
+use std::sync::Arc;
+
+use datafusion::arrow::compute::SortOptions;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::expressions::col as physical_col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::limit::GlobalLimitExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use lance::dataset::mem_wal::scanner::parse_filter_expr;
+use lance::deps::datafusion;
+
+use super::ReadView;
+use crate::conform::Schemas;
+use crate::error::{Error, LanceResultExt, Result};
+
+/// A sort key for [`ScanRequest::order_by`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortKey {
+    /// Column to sort by.
+    pub column: String,
+    /// Descending instead of ascending.
+    pub descending: bool,
+    /// Nulls before non-nulls. Default: nulls last ascending, first descending.
+    pub nulls_first: bool,
+}
+
+impl SortKey {
+    /// Ascending, nulls last.
+    pub fn asc(column: impl Into<String>) -> Self {
+        Self {
+            column: column.into(),
+            descending: false,
+            nulls_first: false,
+        }
+    }
+
+    /// Descending, nulls first.
+    pub fn desc(column: impl Into<String>) -> Self {
+        Self {
+            column: column.into(),
+            descending: true,
+            nulls_first: true,
+        }
+    }
+}
+
+/// What to read. Filter, projection, order and limit/offset are all executed
+/// inside the scan plan, never by truncating a full result in memory.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRequest {
+    /// A SQL predicate over the store's columns, e.g. `rollout_id = 'r1' AND reward > 0`.
+    pub filter: Option<String>,
+    /// Columns to return, in this order; `None` = every column.
+    pub projection: Option<Vec<String>>,
+    /// Sort keys, most significant first. Empty = unspecified order.
+    pub order_by: Vec<SortKey>,
+    /// At most this many rows.
+    pub limit: Option<usize>,
+    /// Skip this many rows first.
+    pub offset: Option<usize>,
+    /// Which rows a store with record capabilities shows (default: only
+    /// visible ones). No effect on stores without capabilities.
+    pub visibility: Visibility,
+}
+
+/// Which rows a read shows, for stores with record capabilities: by default
+/// tombstones, expired rows, retired / non-active rows and superseded rows are
+/// hidden.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Visibility {
+    /// Show tombstone rows.
+    pub include_tombstones: bool,
+    /// Show rows whose `expires_at` has passed.
+    pub include_expired: bool,
+    /// Show retired, non-active and superseded rows.
+    pub include_retired: bool,
+    /// "Now" for expiry, in microseconds since the epoch; `None` = the clock.
+    pub now_micros: Option<i64>,
+}
+
+impl Visibility {
+    /// Every row, tombstones included.
+    pub fn all() -> Self {
+        Self {
+            include_tombstones: true,
+            include_expired: true,
+            include_retired: true,
+            now_micros: None,
+        }
+    }
+}
+
+impl ScanRequest {
+    /// Every row, every column.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set the filter.
+    pub fn filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = Some(filter.into());
+        self
+    }
+
+    /// Set the projection.
+    pub fn project<S: Into<String>>(mut self, columns: impl IntoIterator<Item = S>) -> Self {
+        self.projection = Some(columns.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Add a sort key.
+    pub fn order_by(mut self, key: SortKey) -> Self {
+        self.order_by.push(key);
+        self
+    }
+
+    /// Set the limit.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Set the offset.
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+
+    /// Set which rows a store with record capabilities shows.
+    pub fn visibility(mut self, visibility: Visibility) -> Self {
+        self.visibility = visibility;
+        self
+    }
+}
+
+/// A filter's column references, checked against the logical schema before
+/// the filter is planned: an unknown column is an `InvalidArgument` naming it
+/// (and listing the columns), not a planner message. Unquoted names match
+/// case-insensitively, as the planner treats them. A filter that does not parse
+/// is left to the planner's own error.
+pub(crate) fn check_filter_columns(schema: &arrow_schema::Schema, filter: &str) -> Result<()> {
+    use lance::deps::datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Ident, visit_expressions};
+    use lance::deps::datafusion::sql::sqlparser::dialect::GenericDialect;
+    use lance::deps::datafusion::sql::sqlparser::parser::Parser;
+    use std::ops::ControlFlow;
+
+    let Ok(expr) = Parser::new(&GenericDialect {})
+        .try_with_sql(filter)
+        .and_then(|mut p| p.parse_expr())
+    else {
+        return Ok(());
+    };
+    let known = |id: &Ident| {
+        schema.field_with_name(&id.value).is_ok()
+            || (id.quote_style.is_none()
+                && schema
+                    .fields()
+                    .iter()
+                    .any(|f| f.name().eq_ignore_ascii_case(&id.value)))
+    };
+    let mut unknown = None;
+    let _ = visit_expressions(&expr, |e| {
+        let first = match e {
+            SqlExpr::Identifier(id) => Some(id),
+            SqlExpr::CompoundIdentifier(parts) => parts.first(),
+            _ => None,
+        };
+        match first {
+            Some(id) if !known(id) => {
+                unknown = Some(id.value.clone());
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        }
+    });
+    match unknown {
+        None => Ok(()),
+        Some(column) => Err(Error::invalid_argument(format!(
+            "filter '{filter}': unknown column '{column}' (columns: {})",
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The caller's filter parsed on its own (checked against the schema), and
+/// the engine's visibility expression `hide` joined to it as an expression —
+/// never as text, so no filter string can reach past its own parentheses.
+pub(crate) fn combined_filter(
+    schemas: &Schemas,
+    filter: Option<&str>,
+    hide: Option<&Expr>,
+) -> Result<Option<Expr>> {
+    let user = match filter {
+        Some(filter) => {
+            check_filter_columns(&schemas.logical, filter)?;
+            Some(
+                parse_filter_expr(&schemas.stored, filter)
+                    .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?,
+            )
+        }
+        None => None,
+    };
+    Ok(match (user, hide) {
+        (Some(user), Some(hide)) => Some(user.and(hide.clone())),
+        (Some(user), None) => Some(user),
+        (None, hide) => hide.cloned(),
+    })
+}
+
+/// Check that `filter` is a plain predicate — columns, literals,
+/// comparisons, `AND`/`OR`/`NOT`, `IN`, `BETWEEN`, `LIKE`, `IS [NOT] NULL` —
+/// and nothing else: no function call, cast or subquery. Named queries
+/// declared by a plugin are held to this (a plugin must not make the host
+/// run arbitrary SQL, e.g. `repeat(id, 50000000)`); the error names what is
+/// not allowed.
+pub fn check_plain_predicate(filter: &str) -> Result<()> {
+    use lance::deps::datafusion::sql::sqlparser::ast::{
+        BinaryOperator, Expr as E, UnaryOperator, visit_expressions,
+    };
+    use lance::deps::datafusion::sql::sqlparser::dialect::GenericDialect;
+    use lance::deps::datafusion::sql::sqlparser::parser::Parser;
+    use std::ops::ControlFlow;
+
+    let expr = Parser::new(&GenericDialect {})
+        .try_with_sql(filter)
+        .and_then(|mut p| {
+            let e = p.parse_expr()?;
+            p.expect_token(&lance::deps::datafusion::sql::sqlparser::tokenizer::Token::EOF)?;
+            Ok(e)
+        })
+        .map_err(|e| Error::invalid_argument(format!("not a predicate: {e}")))?;
+    let mut refused = None;
+    let _ = visit_expressions(&expr, |e| {
+        let allowed = match e {
+            E::Identifier(_)
+            | E::CompoundIdentifier(_)
+            | E::Value(_)
+            | E::TypedString { .. }
+            | E::Nested(_)
+            | E::IsNull(_)
+            | E::IsNotNull(_)
+            | E::IsTrue(_)
+            | E::IsFalse(_)
+            | E::InList { .. }
+            | E::Between { .. }
+            | E::Like { .. }
+            | E::ILike { .. } => true,
+            E::UnaryOp { op, .. } => {
+                matches!(
+                    op,
+                    UnaryOperator::Not | UnaryOperator::Minus | UnaryOperator::Plus
+                )
+            }
+            E::BinaryOp { op, .. } => matches!(
+                op,
+                BinaryOperator::Eq
+                    | BinaryOperator::NotEq
+                    | BinaryOperator::Lt
+                    | BinaryOperator::LtEq
+                    | BinaryOperator::Gt
+                    | BinaryOperator::GtEq
+                    | BinaryOperator::And
+                    | BinaryOperator::Or
+            ),
+            _ => false,
+        };
+        if allowed {
+            ControlFlow::Continue(())
+        } else {
+            refused = Some(e.to_string());
+            ControlFlow::Break(())
+        }
+    });
+    match refused {
+        None => Ok(()),
+        Some(what) => Err(Error::invalid_argument(format!(
+            "`{what}` is not allowed in a named query's filter (columns, literals, comparisons, \
+             AND/OR/NOT, IN, BETWEEN, LIKE and IS NULL only)"
+        ))),
+    }
+}
+
+/// Validate a request against the schemas and plan it; `hide` is the
+/// engine's visibility rule, joined to the caller's filter.
+pub(crate) async fn plan_scan(
+    view: &ReadView,
+    schemas: &Schemas,
+    request: &ScanRequest,
+    hide: Option<&Expr>,
+) -> Result<(Arc<dyn ExecutionPlan>, Option<Vec<String>>)> {
+    // Columns the caller wants, checked against the logical schema.
+    let wanted: Vec<String> = match &request.projection {
+        Some(cols) => {
+            if cols.is_empty() {
+                return Err(Error::invalid_argument("projection names no column"));
+            }
+            for c in cols {
+                if schemas.logical.field_with_name(c).is_err() {
+                    return Err(Error::invalid_argument(format!(
+                        "projection: unknown column '{c}'"
+                    )));
+                }
+            }
+            cols.clone()
+        }
+        None => schemas
+            .logical
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+    };
+    for key in &request.order_by {
+        if schemas.logical.field_with_name(&key.column).is_err() {
+            return Err(Error::invalid_argument(format!(
+                "order_by: unknown column '{}'",
+                key.column
+            )));
+        }
+    }
+    // What the scan reads: wanted ∪ sort columns, restricted to stored columns.
+    let mut read_cols: Vec<String> = wanted
+        .iter()
+        .filter(|c| schemas.stored.field_with_name(c).is_ok())
+        .cloned()
+        .collect();
+    for key in &request.order_by {
+        if schemas.stored.field_with_name(&key.column).is_ok() && !read_cols.contains(&key.column) {
+            read_cols.push(key.column.clone());
+        }
+    }
+    if read_cols.is_empty() {
+        // Only columns the dataset lacks were asked for: read the key so row
+        // counts are right; those columns come back null.
+        read_cols.push(schemas.key.clone());
+    }
+
+    let mut scanner = view
+        .scanner(&schemas.key)
+        .project(&read_cols)
+        .map_err(|e| Error::from_lance("projecting", None, e))?;
+    if let Some(expr) = combined_filter(schemas, request.filter.as_deref(), hide)? {
+        scanner = scanner.filter_expr(expr);
+    }
+    let to_i64 = |v: usize, what: &str| {
+        i64::try_from(v).map_err(|_| Error::invalid_argument(format!("{what} is too large")))
+    };
+
+    // Sort keys on columns the dataset lacks are all-null: they do not order.
+    let sort_keys: Vec<&SortKey> = request
+        .order_by
+        .iter()
+        .filter(|k| schemas.stored.field_with_name(&k.column).is_ok())
+        .collect();
+    if sort_keys.is_empty() {
+        let limit = request.limit.map(|l| to_i64(l, "limit")).transpose()?;
+        let offset = request.offset.map(|o| to_i64(o, "offset")).transpose()?;
+        if limit.is_some() || offset.is_some() {
+            scanner = scanner
+                .limit(limit, offset)
+                .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
+        }
+        let plan = scanner.create_plan().await.ctx("planning the scan")?;
+        return Ok((plan, Some(wanted)));
+    }
+
+    // Order-by: a top-k sort (bounded by offset + limit) over the deduped scan,
+    // then skip/fetch.
+    let mut plan = scanner.create_plan().await.ctx("planning the scan")?;
+    if plan.output_partitioning().partition_count() > 1 {
+        plan = Arc::new(CoalescePartitionsExec::new(plan));
+    }
+    let schema = plan.schema();
+    let exprs = sort_keys
+        .iter()
+        .map(|k| {
+            Ok(PhysicalSortExpr::new(
+                physical_col(&k.column, &schema)
+                    .map_err(|e| Error::internal(format!("sort column: {e}")))?,
+                SortOptions {
+                    descending: k.descending,
+                    nulls_first: k.nulls_first,
+                },
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ordering = LexOrdering::new(exprs).ok_or_else(|| Error::internal("empty sort ordering"))?;
+    let offset = request.offset.unwrap_or(0);
+    let fetch = request.limit.map(|l| l.saturating_add(offset));
+    let mut plan: Arc<dyn ExecutionPlan> =
+        Arc::new(SortExec::new(ordering, plan).with_fetch(fetch));
+    if offset > 0 || request.limit.is_some() {
+        plan = Arc::new(GlobalLimitExec::new(plan, offset, request.limit));
+    }
+    Ok((plan, Some(wanted)))
+}
