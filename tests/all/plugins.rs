@@ -13,7 +13,7 @@ use lance_context_store::{Store, StoreConfig};
 use crate::support::temp_uri;
 
 pub fn runtime(limits: PluginLimits) -> PluginRuntime {
-    PluginRuntime::new(limits, None).unwrap()
+    PluginRuntime::new(limits, Some(crate::support::compile_cache())).unwrap()
 }
 
 pub fn bytes(name: &str) -> Vec<u8> {

@@ -30,7 +30,13 @@ const NOTES_SPEC: &str = r#"{
 }"#;
 
 fn registry(root: &std::path::Path) -> Registry {
-    let runtime = Arc::new(PluginRuntime::new(PluginLimits::default(), None).unwrap());
+    let runtime = Arc::new(
+        PluginRuntime::new(
+            PluginLimits::default(),
+            Some(crate::support::compile_cache()),
+        )
+        .unwrap(),
+    );
     Registry::at(root, runtime).unwrap()
 }
 

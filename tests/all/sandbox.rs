@@ -592,6 +592,21 @@ fn the_compile_cache_runs_only_what_the_pin_approved() {
     }
 }
 
+#[test]
+fn a_runtime_compiles_a_plugin_once_for_all_its_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = PluginRuntime::new(PluginLimits::default(), Some(&dir.path().join("cache"))).unwrap();
+    for _ in 0..3 {
+        rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
+    }
+    let stats = rt.cache_stats().unwrap();
+    assert_eq!(
+        (stats.hits, stats.misses),
+        (0, 1),
+        "compiled once, then kept in memory (not read from disk again)"
+    );
+}
+
 /// The `lance-context` binary next to this test binary (`make test` builds it).
 pub fn cli_binary() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();

@@ -1,11 +1,19 @@
 //! Shared helpers: schemas, batch builders, temp stores, and the child-process
 //! entry point used by the crash tests.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use lance_context_store::{Store, StoreConfig};
+
+/// One compile cache for the whole test binary (under cargo's target
+/// tmpdir): each real component is compiled once per run, not once per test.
+/// The tests of the cache itself use their own directories.
+pub fn compile_cache() -> &'static Path {
+    Path::new(concat!(env!("CARGO_TARGET_TMPDIR"), "/compile-cache"))
+}
 
 /// A small schema: key, a group column, a number, an optional note.
 pub fn schema() -> SchemaRef {

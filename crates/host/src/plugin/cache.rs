@@ -52,6 +52,40 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("lance-context").join("plugins"))
 }
 
+/// Why the compile cache cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CacheError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is writable by group or others; the compile cache must be private \
+         (chmod 700 it, or set LANCE_CONTEXT_CACHE_DIR)",
+        .0.display()
+    )]
+    DirectoryNotPrivate(PathBuf),
+    #[error(
+        "{} is readable or writable by others; the cache key must be private (0600)",
+        .0.display()
+    )]
+    KeyNotPrivate(PathBuf),
+    #[error("{}: not a 32-byte key", .0.display())]
+    BadKey(PathBuf),
+    #[error("generating a cache key: {0}")]
+    Random(getrandom::Error),
+}
+
+impl CacheError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct CompileCache {
     dir: PathBuf,
@@ -64,8 +98,8 @@ pub(crate) struct CompileCache {
 
 impl CompileCache {
     /// Open (creating) the cache at `dir` for `engine`.
-    pub fn open(dir: &Path, engine: &Engine) -> Result<Self, String> {
-        let dir = std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pub fn open(dir: &Path, engine: &Engine) -> Result<Self, CacheError> {
+        let dir = std::path::absolute(dir).map_err(|e| CacheError::io(dir, e))?;
         create_private_dir(&dir)?;
         let key = load_or_create_key(&dir.join(KEY_FILE))?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -151,7 +185,7 @@ impl CompileCache {
             return;
         };
         let path = self.entry(sha256);
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        let tmp = temporary_name(&path);
         let written = (|| -> std::io::Result<()> {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(&self.tag(sha256, &artifact))?;
@@ -182,7 +216,7 @@ fn deserialize_verified(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Co
 
 /// Create `dir` (mode 0700 where it is new) and refuse it when group or
 /// others may write it.
-fn create_private_dir(dir: &Path) -> Result<(), String> {
+fn create_private_dir(dir: &Path) -> Result<(), CacheError> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -190,47 +224,48 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder
-        .create(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    builder.create(dir).map_err(|e| CacheError::io(dir, e))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let meta = std::fs::metadata(dir).map_err(|e| CacheError::io(dir, e))?;
         if meta.permissions().mode() & 0o022 != 0 {
-            return Err(format!(
-                "{} is writable by group or others; the compile cache must be private \
-                 (chmod 700 it, or set LANCE_CONTEXT_CACHE_DIR)",
-                dir.display()
-            ));
+            return Err(CacheError::DirectoryNotPrivate(dir.to_path_buf()));
         }
     }
     Ok(())
 }
 
-fn load_or_create_key(path: &Path) -> Result<[u8; 32], String> {
+/// A name beside `path` no other writer uses, in this process or another.
+fn temporary_name(path: &Path) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    path.with_extension(format!(
+        "tmp-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+fn load_or_create_key(path: &Path) -> Result<[u8; 32], CacheError> {
     if let Ok(bytes) = std::fs::read(path) {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(|e| CacheError::io(path, e))?
                 .permissions()
                 .mode();
             if mode & 0o077 != 0 {
-                return Err(format!(
-                    "{} is readable or writable by others; the cache key must be private (0600)",
-                    path.display()
-                ));
+                return Err(CacheError::KeyNotPrivate(path.to_path_buf()));
             }
         }
         return bytes
             .try_into()
-            .map_err(|_| format!("{}: not a 32-byte key", path.display()));
+            .map_err(|_| CacheError::BadKey(path.to_path_buf()));
     }
     let mut key = [0u8; 32];
-    getrandom::fill(&mut key).map_err(|e| format!("generating a cache key: {e}"))?;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    getrandom::fill(&mut key).map_err(CacheError::Random)?;
+    let tmp = temporary_name(path);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -238,12 +273,10 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32], String> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let mut file = options.open(&tmp).map_err(|e| CacheError::io(&tmp, e))?;
     file.write_all(&key)
         .and_then(|()| file.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        .map_err(|e| CacheError::io(&tmp, e))?;
     // Another process may have created the key meanwhile: keep the first.
     match std::fs::hard_link(&tmp, path) {
         Ok(()) => {
@@ -252,10 +285,10 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32], String> {
         }
         Err(_) => {
             let _ = std::fs::remove_file(&tmp);
-            let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let bytes = std::fs::read(path).map_err(|e| CacheError::io(path, e))?;
             bytes
                 .try_into()
-                .map_err(|_| format!("{}: not a 32-byte key", path.display()))
+                .map_err(|_| CacheError::BadKey(path.to_path_buf()))
         }
     }
 }

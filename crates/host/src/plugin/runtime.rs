@@ -148,7 +148,43 @@ struct Shared {
     slots: Slots,
     /// Components that failed to compile, by sha256: not compiled again.
     failed: Mutex<HashMap<String, String>>,
+    /// Components compiled (or read from the cache) by this runtime, by
+    /// sha256: many stores pinning one plugin compile it once.
+    compiled: Mutex<HashMap<String, Component>>,
     _ticker: Ticker,
+}
+
+/// Compiled components a runtime keeps in memory (a few plugins are the
+/// norm; past this many, one is let go before another is kept).
+const MAX_COMPILED: usize = 32;
+
+impl Shared {
+    /// The compiled component for `sha256`: from memory, else from the
+    /// disk cache (then kept in memory).
+    fn compiled_component(&self, sha256: &str) -> Option<Component> {
+        if let Some(component) = self
+            .compiled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sha256)
+        {
+            return Some(component.clone());
+        }
+        let component = self.cache.as_ref()?.load(&self.engine, sha256)?;
+        self.keep_compiled(sha256, &component);
+        Some(component)
+    }
+
+    fn keep_compiled(&self, sha256: &str, component: &Component) {
+        let mut compiled = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        if compiled.len() >= MAX_COMPILED && !compiled.contains_key(sha256) {
+            let victim = compiled.keys().next().cloned();
+            if let Some(victim) = victim {
+                compiled.remove(&victim);
+            }
+        }
+        compiled.insert(sha256.to_string(), component.clone());
+    }
 }
 
 /// Compiles, links and loads plugins.
@@ -209,7 +245,9 @@ impl PluginRuntime {
         let engine = Engine::new(&config).map_err(|e| runtime_error(format!("{e:#}")))?;
         let linker = sandbox::linker(&engine).map_err(|e| runtime_error(format!("{e:#}")))?;
         let cache = match cache_dir {
-            Some(dir) => Some(CompileCache::open(dir, &engine).map_err(runtime_error)?),
+            Some(dir) => {
+                Some(CompileCache::open(dir, &engine).map_err(|e| runtime_error(e.to_string()))?)
+            }
             None => None,
         };
         let ticker = Ticker::start(&engine)
@@ -222,6 +260,7 @@ impl PluginRuntime {
                 limits,
                 cache,
                 failed: Mutex::new(HashMap::new()),
+                compiled: Mutex::new(HashMap::new()),
                 _ticker: ticker,
             }),
         })
@@ -289,11 +328,7 @@ impl PluginRuntime {
         {
             return Err(load_error(&label, format!("{message} (failed before)")));
         }
-        let component = match shared
-            .cache
-            .as_ref()
-            .and_then(|c| c.load(&shared.engine, &sha256))
-        {
+        let component = match shared.compiled_component(&sha256) {
             Some(component) => component,
             None => {
                 let component = self.compile(&label, bytes).inspect_err(|e| {
@@ -308,6 +343,7 @@ impl PluginRuntime {
                 if let Some(cache) = &shared.cache {
                     cache.store(&sha256, &component);
                 }
+                shared.keep_compiled(&sha256, &component);
                 component
             }
         };
@@ -813,9 +849,9 @@ impl Inner {
             plugin: self.label.clone(),
             message,
         };
-        let mismatch = |message: String| PluginError::SchemaMismatch {
+        let mismatch = |message: &dyn std::fmt::Display| PluginError::SchemaMismatch {
             plugin: self.label.clone(),
-            message,
+            message: message.to_string(),
         };
         let limits = wire::Limits {
             max_bytes: limit,
@@ -823,10 +859,10 @@ impl Inner {
             ..wire::Limits::default()
         };
         let decoded = wire::decode_with(out, &limits).map_err(|e| malformed(e.to_string()))?;
-        check_derived(&declared.schema, &decoded.schema).map_err(mismatch)?;
+        check_derived(&declared.schema, &decoded.schema).map_err(|p| mismatch(&p))?;
         let rows: usize = decoded.batches.iter().map(RecordBatch::num_rows).sum();
         if rows != batch.num_rows() {
-            return Err(mismatch(format!(
+            return Err(mismatch(&format!(
                 "{} rows in, {rows} rows out",
                 batch.num_rows()
             )));
@@ -857,7 +893,7 @@ impl Inner {
                 limit,
             });
         }
-        assemble(&declared.schema, batch, &derived).map_err(malformed)
+        assemble(&declared.schema, batch, &derived).map_err(|p| malformed(p.to_string()))
     }
 
     /// Reduce the rows of named query `query` (declared with `reduce`) to a
@@ -886,9 +922,9 @@ impl Inner {
                 limit,
             });
         }
-        json_document(text).map_err(|message| PluginError::MalformedOutput {
+        json_document(text).map_err(|problem| PluginError::MalformedOutput {
             plugin: self.label.clone(),
-            message: format!("reduce returned {message}"),
+            message: format!("reduce returned {problem}"),
         })
     }
 
