@@ -102,7 +102,7 @@ fn columns<'a>(spec: &'a SchemaSpec, p: Report) -> Columns<'a> {
     for (i, c) in spec.columns.iter().enumerate() {
         let at = |what: &str| format!("columns[{i}]{what}");
         if let Err(why) = check_name(&c.name) {
-            p(at(".name"), why);
+            p(at(".name"), why.to_string());
         }
         if c.name.is_empty() {
             p(at(".name"), "a column needs a name".into());
@@ -124,10 +124,10 @@ fn columns<'a>(spec: &'a SchemaSpec, p: Report) -> Columns<'a> {
         }
         let parsed = type_text(&c.data_type).and_then(|()| {
             DataType::from_str(&c.data_type)
-                .map_err(|e| format!("'{}' is not an Arrow type: {e}", c.data_type))
+                .map_err(|e| TypeProblem::NotArrow(c.data_type.clone(), e))
         });
         match parsed {
-            Err(why) => p(at(".type"), why),
+            Err(why) => p(at(".type"), why.to_string()),
             Ok(t) => {
                 if let Err(why) = supported(&t).and_then(|()| bounded(&t)) {
                     p(
@@ -148,7 +148,7 @@ fn columns<'a>(spec: &'a SchemaSpec, p: Report) -> Columns<'a> {
         if let Some(t) = types.get(c.name.as_str())
             && let Err(why) = nested_names(t)
         {
-            p(at(".type"), why);
+            p(at(".type"), why.to_string());
         }
         for (k, v) in &c.metadata {
             if k.chars().chain(v.chars()).any(char::is_control) || k.len() + v.len() > MAX_TYPE_TEXT
@@ -487,32 +487,87 @@ fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&st
     }
 }
 
+/// Why a name or a declared type is refused (the message of the
+/// [`crate::SpecProblem`] naming its field).
+#[derive(Debug)]
+enum TypeProblem {
+    NameTooLong(usize),
+    ControlCharacters(String),
+    TypeTooLong(usize),
+    TooDeep(usize),
+    NotArrow(String, arrow_schema::ArrowError),
+    NestedName(String),
+    ListTooWide(i32),
+    ValueTooWide(u128),
+    Zone(String),
+    Unsupported(DataType),
+}
+
+impl std::fmt::Display for TypeProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NameTooLong(n) => {
+                write!(
+                    f,
+                    "a name is at most {MAX_NAME_BYTES} bytes, this one has {n}"
+                )
+            }
+            Self::ControlCharacters(name) => {
+                write!(f, "'{}' contains control characters", name.escape_default())
+            }
+            Self::TypeTooLong(n) => {
+                write!(f, "the type is {n} bytes long; at most {MAX_TYPE_TEXT}")
+            }
+            Self::TooDeep(n) => {
+                write!(
+                    f,
+                    "the type nests {n} levels deep; at most {MAX_TYPE_DEPTH}"
+                )
+            }
+            Self::NotArrow(text, e) => write!(f, "'{text}' is not an Arrow type: {e}"),
+            Self::NestedName(name) => write!(
+                f,
+                "the nested field name '{}' is not printable text of at most {MAX_NAME_BYTES} bytes",
+                name.escape_default()
+            ),
+            Self::ListTooWide(n) => {
+                write!(
+                    f,
+                    "a fixed-size list of {n} values; at most {MAX_FIXED_SIZE}"
+                )
+            }
+            Self::ValueTooWide(bytes) => {
+                write!(
+                    f,
+                    "one value takes {bytes} bytes; at most {MAX_FIXED_ROW_BYTES}"
+                )
+            }
+            Self::Zone(zone) => write!(
+                f,
+                "timestamps are stored without a zone or in UTC, not '{zone}'"
+            ),
+            Self::Unsupported(t) => write!(f, "{t} is not supported"),
+        }
+    }
+}
+
 /// A name: 1 to [`MAX_NAME_BYTES`] bytes, no control characters (names
 /// are printed on terminals).
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), TypeProblem> {
     if name.len() > MAX_NAME_BYTES {
-        return Err(format!(
-            "a name is at most {MAX_NAME_BYTES} bytes, this one has {}",
-            name.len()
-        ));
+        return Err(TypeProblem::NameTooLong(name.len()));
     }
     if name.chars().any(char::is_control) {
-        return Err(format!(
-            "'{}' contains control characters",
-            name.escape_default()
-        ));
+        return Err(TypeProblem::ControlCharacters(name.to_string()));
     }
     Ok(())
 }
 
 /// A type string short and shallow enough to parse (Arrow's parser recurses
 /// once per level: 100,000 nested `List(` would overflow the stack).
-fn type_text(text: &str) -> Result<(), String> {
+fn type_text(text: &str) -> Result<(), TypeProblem> {
     if text.len() > MAX_TYPE_TEXT {
-        return Err(format!(
-            "the type is {} bytes long; at most {MAX_TYPE_TEXT}",
-            text.len()
-        ));
+        return Err(TypeProblem::TypeTooLong(text.len()));
     }
     let (mut depth, mut deepest, mut quoted) = (0usize, 0usize, false);
     for c in text.chars() {
@@ -527,21 +582,16 @@ fn type_text(text: &str) -> Result<(), String> {
         }
     }
     if deepest > MAX_TYPE_DEPTH {
-        return Err(format!(
-            "the type nests {deepest} levels deep; at most {MAX_TYPE_DEPTH}"
-        ));
+        return Err(TypeProblem::TooDeep(deepest));
     }
     Ok(())
 }
 
 /// Names inside a nested type (struct fields, list items) are printable.
-fn nested_names(t: &DataType) -> Result<(), String> {
+fn nested_names(t: &DataType) -> Result<(), TypeProblem> {
     let check = |name: &str| {
         if name.chars().any(char::is_control) || name.len() > MAX_NAME_BYTES {
-            Err(format!(
-                "the nested field name '{}' is not printable text of at most {MAX_NAME_BYTES} bytes",
-                name.escape_default()
-            ))
+            Err(TypeProblem::NestedName(name.to_string()))
         } else {
             Ok(())
         }
@@ -594,20 +644,15 @@ fn fixed_bytes(t: &DataType) -> u128 {
 }
 
 /// Depth, list widths and bytes per value within the limits.
-fn bounded(t: &DataType) -> Result<(), String> {
+fn bounded(t: &DataType) -> Result<(), TypeProblem> {
     if depth(t) > MAX_TYPE_DEPTH {
-        return Err(format!(
-            "the type nests {} levels deep; at most {MAX_TYPE_DEPTH}",
-            depth(t)
-        ));
+        return Err(TypeProblem::TooDeep(depth(t)));
     }
-    fn widths(t: &DataType) -> Result<(), String> {
+    fn widths(t: &DataType) -> Result<(), TypeProblem> {
         match t {
             DataType::FixedSizeList(f, n) => {
                 if *n > MAX_FIXED_SIZE {
-                    return Err(format!(
-                        "a fixed-size list of {n} values; at most {MAX_FIXED_SIZE}"
-                    ));
+                    return Err(TypeProblem::ListTooWide(*n));
                 }
                 widths(f.data_type())
             }
@@ -619,15 +664,13 @@ fn bounded(t: &DataType) -> Result<(), String> {
     widths(t)?;
     let bytes = fixed_bytes(t);
     if bytes > MAX_FIXED_ROW_BYTES {
-        return Err(format!(
-            "one value takes {bytes} bytes; at most {MAX_FIXED_ROW_BYTES}"
-        ));
+        return Err(TypeProblem::ValueTooWide(bytes));
     }
     Ok(())
 }
 
 /// Whether the generic path supports a type.
-fn supported(t: &DataType) -> Result<(), String> {
+fn supported(t: &DataType) -> Result<(), TypeProblem> {
     match t {
         DataType::Boolean
         | DataType::Int8
@@ -650,9 +693,7 @@ fn supported(t: &DataType) -> Result<(), String> {
             tz,
         ) => match tz.as_deref() {
             None | Some("UTC") | Some("+00:00") => Ok(()),
-            Some(other) => Err(format!(
-                "timestamps are stored without a zone or in UTC, not '{other}'"
-            )),
+            Some(other) => Err(TypeProblem::Zone(other.to_string())),
         },
         DataType::Dictionary(k, v)
             if matches!(**k, DataType::Int8 | DataType::Int16 | DataType::Int32)
@@ -665,6 +706,6 @@ fn supported(t: &DataType) -> Result<(), String> {
         DataType::Struct(fields) if !fields.is_empty() => {
             fields.iter().try_for_each(|f| supported(f.data_type()))
         }
-        other => Err(format!("{other} is not supported")),
+        other => Err(TypeProblem::Unsupported(other.clone())),
     }
 }

@@ -6,27 +6,46 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
+/// What is wrong with a plugin's output (the message of the
+/// [`super::PluginError`] it becomes).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OutputProblem {
+    #[error("column '{0}' is returned twice")]
+    Repeated(String),
+    #[error("column '{0}' is not declared")]
+    Undeclared(String),
+    #[error("column '{column}' is {got}, declared {declared}")]
+    WrongType {
+        column: String,
+        got: DataType,
+        declared: DataType,
+    },
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    #[error("not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+}
+
 /// A transform's output columns must be declared, once each, with the
 /// declared type (nullability is the engine's to check, row by row).
-pub(crate) fn check_derived(declared: &Schema, got: &Schema) -> Result<(), String> {
+pub(crate) fn check_derived(declared: &Schema, got: &Schema) -> Result<(), OutputProblem> {
     let mut seen = HashSet::new();
     for field in got.fields() {
         if !seen.insert(field.name()) {
-            return Err(format!("column '{}' is returned twice", field.name()));
+            return Err(OutputProblem::Repeated(field.name().clone()));
         }
         match declared.field_with_name(field.name()) {
-            Err(_) => return Err(format!("column '{}' is not declared", field.name())),
+            Err(_) => return Err(OutputProblem::Undeclared(field.name().clone())),
             Ok(d) if d.data_type() != field.data_type() => {
-                return Err(format!(
-                    "column '{}' is {}, declared {}",
-                    field.name(),
-                    field.data_type(),
-                    d.data_type()
-                ));
+                return Err(OutputProblem::WrongType {
+                    column: field.name().clone(),
+                    got: field.data_type().clone(),
+                    declared: d.data_type().clone(),
+                });
             }
             Ok(_) => {}
         }
@@ -42,7 +61,7 @@ pub(crate) fn assemble(
     declared: &SchemaRef,
     input: &RecordBatch,
     derived: &RecordBatch,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, OutputProblem> {
     let rows = input.num_rows();
     let mut fields = Vec::with_capacity(declared.fields().len());
     let mut columns = Vec::with_capacity(declared.fields().len());
@@ -53,33 +72,31 @@ pub(crate) fn assemble(
             .cloned()
             .unwrap_or_else(|| arrow_array::new_null_array(field.data_type(), rows));
         if column.data_type() != field.data_type() {
-            return Err(format!(
-                "column '{}' is {}, declared {}",
-                field.name(),
-                column.data_type(),
-                field.data_type()
-            ));
+            return Err(OutputProblem::WrongType {
+                column: field.name().clone(),
+                got: column.data_type().clone(),
+                declared: field.data_type().clone(),
+            });
         }
         fields.push(field.as_ref().clone().with_nullable(true));
         columns.push(column);
     }
-    RecordBatch::try_new(
+    Ok(RecordBatch::try_new(
         Arc::new(Schema::new_with_metadata(
             fields,
             declared.metadata().clone(),
         )),
         columns,
-    )
-    .map_err(|e| e.to_string())
+    )?)
 }
 
 /// Check that `text` is one JSON document — walked without building it (a
 /// `[[],[],…]` of 256 MiB would otherwise become gigabytes of values;
 /// nesting is bounded by the parser's recursion limit) — and keep it as raw
 /// JSON.
-pub(crate) fn json_document(text: String) -> Result<Box<RawValue>, String> {
-    serde_json::from_str::<IgnoredAny>(&text).map_err(|e| format!("not JSON: {e}"))?;
-    RawValue::from_string(text).map_err(|e| format!("not JSON: {e}"))
+pub(crate) fn json_document(text: String) -> Result<Box<RawValue>, OutputProblem> {
+    serde_json::from_str::<IgnoredAny>(&text)?;
+    Ok(RawValue::from_string(text)?)
 }
 
 /// The panic message in a guest's console output: from the last "panicked
