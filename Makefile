@@ -11,9 +11,11 @@ demo: deps
 	$(CARGO) run --release -p lance-context-host --bin lance-context -- demo --data $(DATA)
 
 ## Benchmarks (release build): adds, merge throughput and peak memory,
-## point lookups with the key index vs a full scan, at 1M rows.
+## point lookups with the key index vs a full scan, at 1M rows; record
+## capabilities vs a plain store at 1M rows; disk use under retention.
 bench: deps
-	$(CARGO) run --release -p lance-context-host --bin lance-context -- bench --data data/bench
+	$(CARGO) run --release -p lance-context-host --bin lance-context -- bench --data data/bench \
+		--rows 1000000 --records-rows 1000000 --retention-merges 100
 
 ## The test suite: the host workspace (with the CLI binary its tests spawn),
 ## then the plugins workspace.

@@ -86,6 +86,59 @@ async fn point_lookup_finds_rows_in_base_and_in_generations() {
     assert_eq!(store.count(None).await.unwrap(), 70);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_of_many_keys_is_one_scan_and_answers_as_single_gets_do() {
+    let (_dir, uri) = temp_uri();
+    write_base(&uri, schema(), batch(&rows("base", "b", 60))).await;
+    let store = Store::open(config(&uri)).await.unwrap();
+    // In generations: rewrites of base rows, deletes of base rows and of a
+    // generation row, new rows.
+    store.add(&batch(&rows("wal", "w", 20))).await.unwrap();
+    let rewritten: Vec<Row> = (0..10)
+        .map(|i| Row::new(format!("base-{i:05}"), "rewritten", 1000 + i))
+        .collect();
+    store.add(&batch(&rewritten)).await.unwrap();
+    let deleted: Vec<String> = (10..20)
+        .map(|i| format!("base-{i:05}"))
+        .chain(["wal-00003".to_string()])
+        .collect();
+    let refs: Vec<&str> = deleted.iter().map(String::as_str).collect();
+    store.delete(&refs).await.unwrap();
+
+    let mut keys: Vec<String> = (0..60).map(|i| format!("base-{i:05}")).collect();
+    keys.extend((0..20).map(|i| format!("wal-{i:05}")));
+    keys.extend((0..5).map(|i| format!("missing-{i}")));
+    keys.reverse();
+    let asked: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let many = decode(&store.get_many(&asked).await.unwrap());
+    let mut one_by_one = Vec::new();
+    for key in &asked {
+        if let Some(b) = store.get(key).await.unwrap() {
+            one_by_one.extend(decode(&b));
+        }
+    }
+    assert_eq!(many, one_by_one);
+    assert_eq!(many.len(), 60 + 20 - 11);
+    assert!(many.iter().any(|r| r.grp == "rewritten"));
+
+    // Many keys are one (indexed) scan of every source, not a lookup per key.
+    let list = asked
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let plan = store
+        .explain(ScanRequest::new().filter(format!("id IN ({list})")))
+        .await
+        .unwrap();
+    assert!(plan.contains("UnionExec"), "many-key plan:\n{plan}");
+    let scanned = store
+        .scan(ScanRequest::new().filter(format!("id IN ({list})")))
+        .await
+        .unwrap();
+    assert_eq!(scanned.num_rows(), many.len());
+}
+
 /// The reference: newest row per key, in memory.
 fn reference_query(
     rows: &BTreeMap<String, Row>,

@@ -250,9 +250,12 @@ impl Default for MergeSettings {
 
 /// Which old versions of the base table maintenance (merge, compaction)
 /// removes: a version goes when it is neither among the newest
-/// `keep_versions` nor younger than `keep_for`. Defaults: 10 versions, 15
+/// `keep_versions` nor younger than `keep_for`. Defaults: 2 versions, 15
 /// minutes. Old versions serve time travel and readers holding an older
-/// snapshot; every kept version keeps the data files it references.
+/// snapshot (any reader younger than `keep_for` is safe whatever
+/// `keep_versions` says); every kept version keeps the data files it
+/// references — at 10 versions a store merged often held ~3× its table's
+/// size on disk, at 2 about 1.5× (`lance-context bench --retention-merges`).
 #[derive(Debug, Clone)]
 pub struct RetentionSettings {
     /// The newest versions always kept (at least 1).
@@ -266,7 +269,7 @@ pub struct RetentionSettings {
 impl Default for RetentionSettings {
     fn default() -> Self {
         Self {
-            keep_versions: 10,
+            keep_versions: 2,
             keep_for: Duration::from_secs(15 * 60),
             interval: Duration::from_secs(5 * 60),
         }

@@ -258,13 +258,43 @@ pub(crate) async fn collect(stream: BatchStream) -> Result<Vec<RecordBatch>> {
     stream.try_collect().await
 }
 
-/// `key = id` or `key IN (ids)` as an expression the LSM scanner routes to its
-/// point-lookup planner (base-table key index + per-generation lookups).
+/// `key = id` or `key IN (ids)`, shaped for the LSM scanner by
+/// [`lookup_shaped`].
 pub(crate) fn key_filter(key: &str, ids: &[&str]) -> Expr {
     let column = Expr::Column(Column::new_unqualified(key));
-    if ids.len() == 1 {
+    let filter = if ids.len() == 1 {
         column.eq(lit(ids[0]))
     } else {
         column.in_list(ids.iter().map(|id| lit(*id)).collect(), false)
+    };
+    lookup_shaped(filter, key)
+}
+
+/// Keys a filter may name and still go to Lance's point-lookup planner.
+///
+/// The LSM scanner routes a filter of exactly `key = v` or `key IN (…)` to its
+/// point-lookup planner, which resolves the keys one after the other once a
+/// key is not in memory: each is a base-table index lookup of its own
+/// (~4.5 ms at 1M rows here), so 1,000 keys took 4.4 s. One indexed scan with
+/// the same filter answers them in ~0.15 s. Up to this many keys the point
+/// path is the faster one.
+const POINT_LOOKUP_KEYS: usize = 8;
+
+/// `filter` as given, unless it is a `key IN (…)` of more than
+/// [`POINT_LOOKUP_KEYS`] values: then `filter AND true` — the same rows, in a
+/// shape the point-lookup router does not take, so the general LSM scan
+/// (indexed, newest version per key, deletes applied) answers it.
+pub(crate) fn lookup_shaped(filter: Expr, key: &str) -> Expr {
+    let many_keys = matches!(
+        &filter,
+        Expr::InList(list)
+            if !list.negated
+                && list.list.len() > POINT_LOOKUP_KEYS
+                && matches!(list.expr.as_ref(), Expr::Column(c) if c.name == key)
+    );
+    if many_keys {
+        filter.and(lit(true))
+    } else {
+        filter
     }
 }

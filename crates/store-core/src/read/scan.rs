@@ -350,7 +350,7 @@ pub(crate) async fn plan_scan(
         .project(&read_cols)
         .map_err(|e| Error::from_lance("projecting", None, e))?;
     if let Some(expr) = combined_filter(schemas, request.filter.as_deref(), hide)? {
-        scanner = scanner.filter_expr(expr);
+        scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
     }
     let to_i64 = |v: usize, what: &str| {
         i64::try_from(v).map_err(|_| Error::invalid_argument(format!("{what} is too large")))

@@ -234,22 +234,40 @@ impl Store {
         Ok((request, hide))
     }
 
-    /// Rows whose `column` is one of `values`, under `visibility`.
+    /// Rows whose `column` is one of `values`, under `visibility`: the key
+    /// and `column` only, or every column with `whole_rows`.
     async fn rows_where(
         &self,
         column: &str,
         values: &[&str],
         visibility: Visibility,
+        whole_rows: bool,
     ) -> Result<RecordBatch> {
-        if values.is_empty() {
-            return Ok(RecordBatch::new_empty(self.schemas.logical.clone()));
+        let mut request = ScanRequest::new()
+            .filter(in_list(column, values))
+            .visibility(visibility);
+        if !whole_rows {
+            let mut columns = vec![self.schemas.key.as_str()];
+            if column != self.schemas.key {
+                columns.push(column);
+            }
+            request = request.project(columns);
         }
-        self.scan(
-            ScanRequest::new()
-                .filter(in_list(column, values))
-                .visibility(visibility),
-        )
-        .await
+        if values.is_empty() {
+            let schema = match &request.projection {
+                Some(columns) => Arc::new(
+                    self.schemas.logical.project(
+                        &columns
+                            .iter()
+                            .map(|c| self.schemas.logical.index_of(c))
+                            .collect::<std::result::Result<Vec<_>, _>>()?,
+                    )?,
+                ),
+                None => self.schemas.logical.clone(),
+            };
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        self.scan(request).await
     }
 
     /// Lookup by key hiding tombstones.
@@ -340,6 +358,7 @@ impl Store {
                         include_tombstones: false,
                         ..Visibility::all()
                     },
+                    false,
                 )
                 .await?;
             let held: HashSet<String> = strings(&held, column).into_iter().flatten().collect();
@@ -404,13 +423,11 @@ impl Store {
                     include_tombstones: false,
                     ..Visibility::all()
                 },
+                true,
             )
             .await?;
-        let held = strings(&found, column);
-        let deleted: Vec<bool> = values
-            .iter()
-            .map(|v| held.iter().any(|h| h.as_deref() == Some(*v)))
-            .collect();
+        let held: HashSet<String> = strings(&found, column).into_iter().flatten().collect();
+        let deleted: Vec<bool> = values.iter().map(|v| held.contains(*v)).collect();
         if found.num_rows() == 0 {
             return Ok(deleted);
         }
@@ -463,47 +480,60 @@ impl Store {
             }));
         }
         let keys: Vec<String> = keys.into_iter().flatten().collect();
-        // Ids unique, and the secondary key unique within the batch.
-        self.check_new_records(&conformed, false).await?;
         let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut repeated = None;
         for (row, k) in keys.iter().enumerate() {
             if let Some(&first_row) = first.get(k.as_str()) {
-                return Err(Error::batch(BatchProblem::DuplicateInBatch {
-                    column,
+                repeated = Some(BatchProblem::DuplicateInBatch {
+                    column: column.clone(),
                     row,
                     first_row,
                     value: k.clone(),
-                }));
+                });
+                break;
             }
             first.insert(k, row);
         }
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let visible = self
-            .rows_where(&column, &refs, Visibility::default())
-            .await?;
-        let held = self
-            .rows_where(
+        // The three reads are independent: ids unique, the records each key
+        // names now, and the keys held by any record at all. (The reported
+        // problem is the same as checking one after the other: ids first.)
+        let (checked, visible, held) = futures::join!(
+            self.check_new_records(&conformed, false),
+            self.rows_where(&column, &refs, Visibility::default(), false),
+            self.rows_where(
                 &column,
                 &refs,
                 Visibility {
                     include_tombstones: false,
                     ..Visibility::all()
                 },
+                false,
             )
-            .await?;
-        let visible_keys = strings(&visible, &column);
-        let visible_ids = strings(&visible, &self.schemas.key);
+        );
+        checked?;
+        if let Some(problem) = repeated {
+            return Err(Error::batch(problem));
+        }
+        let (visible, held) = (visible?, held?);
+        let mut current: HashMap<String, Vec<String>> = HashMap::new();
+        for (k, id) in strings(&visible, &column)
+            .into_iter()
+            .zip(strings(&visible, &self.schemas.key))
+        {
+            if let (Some(k), Some(id)) = (k, id) {
+                current.entry(k).or_default().push(id);
+            }
+        }
         let held_keys: HashSet<String> = strings(&held, &column).into_iter().flatten().collect();
         let ids = strings(&conformed, &self.schemas.key);
         let mut outcomes = Vec::with_capacity(keys.len());
         let mut supersedes: Vec<Option<String>> = Vec::with_capacity(keys.len());
         for (row, k) in keys.iter().enumerate() {
-            let matches: Vec<&String> = visible_keys
-                .iter()
-                .zip(&visible_ids)
-                .filter(|(vk, _)| vk.as_deref() == Some(k.as_str()))
-                .filter_map(|(_, id)| id.as_ref())
-                .collect();
+            let matches: Vec<&String> = current
+                .get(k)
+                .map(|v| v.iter().collect())
+                .unwrap_or_default();
             let id = ids[row].clone().unwrap_or_default();
             match matches.as_slice() {
                 [] if held_keys.contains(k) => {
@@ -622,12 +652,15 @@ impl Store {
         let found_keys = strings(&found, &self.schemas.key);
         let content = strings(&found, CONTENT_TYPE);
         let successor = strings(&found, SUPERSEDED_BY);
+        let found_at: HashMap<&str, usize> = found_keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| k.as_deref().map(|k| (k, i)))
+            .collect();
         let mut take = Vec::with_capacity(targets.len());
         let mut new_keys = Vec::with_capacity(targets.len());
         for (row, key, target) in &targets {
-            let at = found_keys
-                .iter()
-                .position(|k| k.as_deref() == Some(target.as_str()));
+            let at = found_at.get(target.as_str()).copied();
             let current = at.is_some_and(|i| {
                 successor[i].is_none() && content[i].as_deref() != Some(TOMBSTONE_CONTENT_TYPE)
             });
@@ -718,7 +751,7 @@ impl Store {
             PatchTarget::SecondaryKey(k) => (self.secondary_key()?.to_string(), k.as_str()),
         };
         let found = self
-            .rows_where(&column, &[value], Visibility::default())
+            .rows_where(&column, &[value], Visibility::default(), true)
             .await?;
         let old = match found.num_rows() {
             0 => return Ok(None),
