@@ -201,14 +201,19 @@ impl std::fmt::Debug for StorageOption {
     }
 }
 
-pub(crate) fn parse_storage_option(s: &str) -> Result<StorageOption, String> {
+/// A command-line argument that should be `key=value` and has no `=`.
+#[derive(Debug, thiserror::Error)]
+#[error("expected key=value, got '{0}'")]
+pub(crate) struct NotKeyValue(String);
+
+pub(crate) fn parse_storage_option(s: &str) -> Result<StorageOption, NotKeyValue> {
     parse_kv(s).map(|(k, v)| StorageOption(k, v))
 }
 
-fn parse_kv(s: &str) -> Result<(String, String), String> {
+fn parse_kv(s: &str) -> Result<(String, String), NotKeyValue> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("expected key=value, got '{s}'"))
+        .ok_or_else(|| NotKeyValue(s.to_string()))
 }
 
 impl StoreArgs {

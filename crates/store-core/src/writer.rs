@@ -298,6 +298,24 @@ impl Writer {
         }
     }
 
+    /// The `fail_write_after_puts` failpoint: cut the write after `done` puts.
+    #[cfg(feature = "failpoints")]
+    fn failpoint_before_put(&self, done: usize) -> Result<()> {
+        let after = self.fail_after_puts.load(Ordering::SeqCst);
+        if after > 0 && done + 1 == after {
+            self.fail_after_puts.store(0, Ordering::SeqCst);
+            return Err(Error::internal(format!(
+                "failpoint: write cut after {done} puts"
+            )));
+        }
+        Ok(())
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    fn failpoint_before_put(&self, _done: usize) -> Result<()> {
+        Ok(())
+    }
+
     async fn put_and_publish_on(&self, writer: &ShardWriter, op: WriteOp<'_>) -> Result<()> {
         #[cfg(feature = "failpoints")]
         if self.fail_next_write.swap(false, Ordering::SeqCst) {
@@ -308,17 +326,8 @@ impl Writer {
         }
         match op {
             WriteOp::Put(chunks) => {
-                for (_i, chunk) in chunks.iter().enumerate() {
-                    #[cfg(feature = "failpoints")]
-                    {
-                        let after = self.fail_after_puts.load(Ordering::SeqCst);
-                        if after > 0 && _i + 1 == after {
-                            self.fail_after_puts.store(0, Ordering::SeqCst);
-                            return Err(Error::internal(format!(
-                                "failpoint: write cut after {_i} puts"
-                            )));
-                        }
-                    }
+                for (done, chunk) in chunks.iter().enumerate() {
+                    self.failpoint_before_put(done)?;
                     writer
                         .put(vec![chunk.clone()])
                         .await

@@ -144,7 +144,7 @@ pub fn apply(
     declared: SchemaRef,
     input: &RecordBatch,
     derived: &RecordBatch,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let rows = input.num_rows();
     let columns = declared
         .fields()
@@ -157,5 +157,5 @@ pub fn apply(
                 .unwrap_or_else(|| new_null_array(f.data_type(), rows))
         })
         .collect();
-    RecordBatch::try_new(declared, columns).map_err(|e| e.to_string())
+    RecordBatch::try_new(declared, columns)
 }
