@@ -19,10 +19,12 @@
 //!
 //! # A pass
 //! 1. The pass's generations (consecutive, above the marker, together within
-//!    `batch_budget_bytes` by the sizes the writer recorded; a generation
-//!    larger than the budget goes alone — its size is bounded by the writer's
-//!    memtable limits) are read through the LSM scanner without the base
-//!    table: the newest version of each key in the pass.
+//!    `batch_budget_bytes` by the sizes the writer recorded, scaled by what
+//!    the decoded rows of the earlier passes took over their recorded sizes
+//!    — 2× before the first; a generation larger than the budget goes alone —
+//!    its size is bounded by the writer's memtable limits) are read through
+//!    the LSM scanner without the base table: the newest version of each key
+//!    in the pass.
 //! 2. **Deletes carry over.** The scanner drops tombstones, so the tombstoned
 //!    keys are read from the raw generations; those without a live version in
 //!    the pass are deleted from the base table.
@@ -223,14 +225,20 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
         let kind = generation_kind(&ctx, &dataset, &sstable).await?;
         pending.push(Pending { sstable, kind });
     }
-    let passes = cut_passes(&pending, ctx.settings.batch_budget_bytes.max(1));
-    let last = passes.len().saturating_sub(1);
-    for (i, pass) in passes.iter().enumerate() {
-        if i == last {
+    // Passes are cut by the sizes the writer recorded, scaled by how much
+    // more the decoded rows of the passes so far took (about 1.5× here);
+    // before the first pass, a guess of 2×.
+    let budget = ctx.settings.batch_budget_bytes.max(1);
+    let mut scale = 2.0f64;
+    let mut rest: &[Pending] = &pending;
+    while !rest.is_empty() {
+        let cut = (budget as f64 / scale).max(1.0) as usize;
+        let (pass, after) = rest.split_at(pass_len(rest, cut));
+        if after.is_empty() {
             ctx.failpoint(MergeFailpoint::BeforeCommit)?;
         }
         // Boxed: the pass's future is large, and merges run on worker threads.
-        dataset = Box::pin(merge_pass(
+        let (merged, held) = Box::pin(merge_pass(
             &ctx,
             dataset,
             pass,
@@ -238,10 +246,19 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
             &mut stats,
         ))
         .await?;
+        dataset = merged;
+        let recorded: u64 = pass
+            .iter()
+            .map(|p| p.sstable.in_memory_bytes.unwrap_or(0))
+            .sum();
+        if recorded > 0 && held > 0 {
+            scale = (held as f64 / recorded as f64).max(1.0);
+        }
         stats.generations_merged += pass.len();
         stats.merged_up_to = pass.last().map(|p| p.sstable.generation);
+        rest = after;
     }
-    if !passes.is_empty() {
+    if !pending.is_empty() {
         *ctx.state
             .last_merge
             .lock()
@@ -279,24 +296,23 @@ async fn generation_kind(ctx: &MergeContext<'_>, dataset: &Dataset, s: &SsTable)
     })
 }
 
-/// Consecutive generations of one kind within the budget (at least one).
-fn cut_passes(pending: &[Pending], budget: usize) -> Vec<Vec<Pending>> {
-    let mut passes: Vec<Vec<Pending>> = Vec::new();
-    let mut bytes = 0usize;
-    for p in pending {
+/// The length of the next pass: consecutive generations of one kind within
+/// the budget (at least one).
+fn pass_len(pending: &[Pending], budget: usize) -> usize {
+    let Some(first) = pending.first() else {
+        return 0;
+    };
+    let mut bytes = first.sstable.in_memory_bytes.unwrap_or(0) as usize;
+    let mut n = 1;
+    for p in &pending[1..] {
         let size = p.sstable.in_memory_bytes.unwrap_or(0) as usize;
-        let fits = passes
-            .last()
-            .is_some_and(|pass| pass[0].kind == p.kind && bytes.saturating_add(size) <= budget);
-        if fits {
-            bytes += size;
-            passes.last_mut().expect("a pass").push(p.clone());
-        } else {
-            bytes = size;
-            passes.push(vec![p.clone()]);
+        if p.kind != first.kind || bytes.saturating_add(size) > budget {
+            break;
         }
+        bytes += size;
+        n += 1;
     }
-    passes
+    n
 }
 
 /// Read a pass, then commit it as one merge-insert carrying its marker.
@@ -306,7 +322,7 @@ async fn merge_pass(
     pass: &[Pending],
     manifest: Option<&ShardManifest>,
     stats: &mut MergeStats,
-) -> Result<Arc<Dataset>> {
+) -> Result<(Arc<Dataset>, usize)> {
     let first = pass[0].sstable.generation;
     let last = pass[pass.len() - 1].sstable.generation;
     // Someone merged past this pass already: stop before doing the work.
@@ -419,7 +435,7 @@ async fn merge_pass(
     stats.rows_upserted += upserted;
     stats.keys_deleted += merge_stats.num_deleted_rows;
     stats.passes += 1;
-    Ok(merged)
+    Ok((merged, held))
 }
 
 fn stale(shard: Uuid, first: u64, recorded: u64) -> Error {

@@ -56,7 +56,7 @@ impl Default for ContextParams {
 }
 
 /// Parse and check the parameters; an error names the parameter.
-pub fn parse_params(params: &Params) -> Result<ContextParams, String> {
+pub fn parse_params(params: &Params) -> Result<ContextParams, InvalidParams> {
     let mut out = ContextParams::default();
     for (name, value) in params {
         let json: serde_json::Value =
@@ -77,7 +77,8 @@ pub fn parse_params(params: &Params) -> Result<ContextParams, String> {
                     _ => {
                         return Err(format!(
                             "distance_metric must be \"l2\", \"cosine\" or \"dot\", got {json}"
-                        ));
+                        )
+                        .into());
                     }
                 }
             }
@@ -97,13 +98,14 @@ pub fn parse_params(params: &Params) -> Result<ContextParams, String> {
                             return Err(format!(
                                 "blob_columns: {item} cannot be a blob column (only {})",
                                 BLOB_CAPABLE.join(", ")
-                            ));
+                            )
+                            .into());
                         }
                     }
                 }
                 out.blob_columns = columns;
             }
-            other => return Err(format!("unknown parameter '{other}'")),
+            other => return Err(format!("unknown parameter '{other}'").into()),
         }
     }
     Ok(out)
@@ -211,7 +213,7 @@ pub fn schema(params: &ContextParams) -> Schema {
 pub struct Context;
 
 impl Plugin for Context {
-    fn describe(params: &Params) -> Result<Declaration, String> {
+    fn describe(params: &Params) -> Result<Declaration, InvalidParams> {
         let params = parse_params(params)?;
         let mut declaration = Declaration::new("context", VERSION, schema(&params))
             .with_vector("embedding", params.embedding_dim, params.metric)
@@ -287,7 +289,7 @@ impl Plugin for Context {
     fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
         let params = parse_params(&call.params).map_err(|e| {
             let mut errors = RowErrors::default();
-            errors.push(0, None, "params", e);
+            errors.push(0, None, "params", e.to_string());
             errors
         })?;
         fill_defaults(batch, &params, call.now_micros)

@@ -132,7 +132,7 @@ fn parameters_shape_the_schema_and_bad_ones_are_named() {
         (p(&[("embedding_dim", "{")]), "embedding_dim"),
     ] {
         let err = Context::describe(&params).unwrap_err();
-        assert!(err.contains(needle), "{params:?}: {err}");
+        assert!(err.message().contains(needle), "{params:?}: {err}");
     }
 }
 

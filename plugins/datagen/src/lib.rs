@@ -116,11 +116,9 @@ pub fn schema() -> Schema {
 pub struct Datagen;
 
 impl Plugin for Datagen {
-    fn describe(params: &Params) -> Result<Declaration, String> {
+    fn describe(params: &Params) -> Result<Declaration, InvalidParams> {
         if let Some((name, _)) = params.first() {
-            return Err(format!(
-                "the datagen schema takes no parameters (got '{name}')"
-            ));
+            return Err(format!("the datagen schema takes no parameters (got '{name}')").into());
         }
         Ok(Declaration::new("datagen", VERSION, schema())
             .with_key("event_id")

@@ -10,7 +10,7 @@ use lance_context_plugin::*;
 pub struct Notes;
 
 impl Plugin for Notes {
-    fn describe(_params: &Params) -> Result<Declaration, String> {
+    fn describe(_params: &Params) -> Result<Declaration, InvalidParams> {
         let item = Arc::new(Field::new("item", DataType::Float32, true));
         let schema = Schema::new(vec![
             key_field("id"),

@@ -7,7 +7,7 @@ use lance_context_plugin::*;
 pub struct Net;
 
 impl Plugin for Net {
-    fn describe(_params: &Params) -> Result<Declaration, String> {
+    fn describe(_params: &Params) -> Result<Declaration, InvalidParams> {
         Ok(Declaration::new(
             "hostile-net",
             "0.0.0",

@@ -88,11 +88,9 @@ pub fn schema() -> Schema {
 pub struct Rollout;
 
 impl Plugin for Rollout {
-    fn describe(params: &Params) -> Result<Declaration, String> {
+    fn describe(params: &Params) -> Result<Declaration, InvalidParams> {
         if let Some((name, _)) = params.first() {
-            return Err(format!(
-                "the rollout schema takes no parameters (got '{name}')"
-            ));
+            return Err(format!("the rollout schema takes no parameters (got '{name}')").into());
         }
         Ok(Declaration::new("rollout", VERSION, schema())
             .with_transform()

@@ -87,7 +87,7 @@ fn declaration(d: Declaration) -> Result<SchemaDecl, DescribeError> {
 
 #[doc(hidden)]
 pub fn describe<P: Plugin>(params: &[(String, String)]) -> Result<SchemaDecl, DescribeError> {
-    declaration(P::describe(params).map_err(DescribeError::InvalidParams)?)
+    declaration(P::describe(params).map_err(|e| DescribeError::InvalidParams(e.to_string()))?)
 }
 
 #[doc(hidden)]

@@ -4,6 +4,47 @@ use arrow_array::{Array, RecordBatch, StringArray};
 
 pub use lance_context_wire::RowError;
 
+/// Why [`crate::Plugin::describe`] refuses its creation parameters (the
+/// contract's `describe-error::invalid-params`). The message names the
+/// parameter, e.g. `embedding_dim must be an integer > 0, got "x"`.
+///
+/// Built from a message: `InvalidParams::new(…)`, or `?` / `.into()` on a
+/// `String` or `&str`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidParams(String);
+
+impl InvalidParams {
+    /// A refusal with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for InvalidParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidParams {}
+
+impl From<String> for InvalidParams {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for InvalidParams {
+    fn from(message: &str) -> Self {
+        Self(message.to_string())
+    }
+}
+
 /// Collects every problem found in a batch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RowErrors {

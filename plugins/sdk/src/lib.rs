@@ -11,7 +11,7 @@
 //!
 //! struct Notes;
 //! impl Plugin for Notes {
-//!     fn describe(_params: &Params) -> Result<Declaration, String> {
+//!     fn describe(_params: &Params) -> Result<Declaration, InvalidParams> {
 //!         Ok(Declaration::new("notes", "0.1.0", Schema::new(vec![
 //!             key_field("id"),
 //!             Field::new("text", DataType::Utf8, false),
@@ -47,7 +47,7 @@ pub use declaration::{
     ABI_VERSION, Capabilities, Capability, Declaration, Metric, NamedQuery, PRIMARY_KEY_METADATA,
     TOMBSTONE_CONTENT_TYPE, VectorColumn, key_field,
 };
-pub use errors::{RowError, RowErrors, rows_where_empty, rows_where_null};
+pub use errors::{InvalidParams, RowError, RowErrors, rows_where_empty, rows_where_null};
 pub use shared::{check_relationships, relationships_field, require_non_empty};
 
 /// Creation parameters: `(name, JSON text)` pairs.
@@ -57,7 +57,7 @@ pub type Params = [(String, String)];
 pub trait Plugin {
     /// Declare the schema for these creation parameters (validate them; an
     /// error names the parameter).
-    fn describe(params: &Params) -> Result<Declaration, String>;
+    fn describe(params: &Params) -> Result<Declaration, InvalidParams>;
 
     /// Record every problem of `batch` in `errors` (row order). Columns the
     /// caller did not give are absent from `batch` (they count as null).

@@ -22,7 +22,7 @@ use lance_context_spec::{KeyRule, SchemaSpec};
 pub const VERSION: &str = "0.1.0";
 
 /// The spec from the creation parameters.
-pub fn spec_from(params: &Params) -> Result<SchemaSpec, String> {
+pub fn spec_from(params: &Params) -> Result<SchemaSpec, InvalidParams> {
     let mut spec = None;
     for (name, value) in params {
         match name.as_str() {
@@ -30,25 +30,26 @@ pub fn spec_from(params: &Params) -> Result<SchemaSpec, String> {
             other => {
                 return Err(format!(
                     "unknown parameter '{other}' (the spec plugin takes 'spec', the SchemaSpec as JSON)"
-                ));
+                ).into());
             }
         }
     }
     let text = spec.ok_or("the parameter 'spec' (the SchemaSpec as JSON) is required")?;
-    SchemaSpec::from_json(text).map_err(|e| e.to_string())
+    SchemaSpec::from_json(text).map_err(|e| InvalidParams::new(e.to_string()))
 }
 
 /// The spec plugin.
 pub struct SpecPlugin;
 
 impl Plugin for SpecPlugin {
-    fn describe(params: &Params) -> Result<Declaration, String> {
+    fn describe(params: &Params) -> Result<Declaration, InvalidParams> {
         let spec = spec_from(params)?;
         let schema = spec.check(KeyRule::IdOnly).map_err(|e| e.to_string())?;
         if let Some(i) = spec.queries.iter().position(|q| q.reduce) {
             return Err(format!(
                 "queries[{i}].reduce: a declarative spec cannot reduce (only a compiled plugin can)"
-            ));
+            )
+            .into());
         }
         let mut d =
             Declaration::new(&spec.name, VERSION, schema.as_ref().clone()).with_key(&spec.key);
@@ -85,7 +86,7 @@ impl Plugin for SpecPlugin {
             Ok(spec) => check(&spec, batch, errors),
             // describe refused these parameters already; not reached for a
             // loaded plugin.
-            Err(message) => errors.push(0, None, "params", message),
+            Err(refused) => errors.push(0, None, "params", refused.to_string()),
         }
     }
 }
@@ -249,15 +250,21 @@ mod tests {
         assert_eq!(d.name, "tickets");
         assert_eq!(d.schema.fields().len(), 4);
         assert!(!d.has_transform);
-        assert!(SpecPlugin::describe(&[]).unwrap_err().contains("'spec'"));
+        assert!(
+            SpecPlugin::describe(&[])
+                .unwrap_err()
+                .message()
+                .contains("'spec'")
+        );
         assert!(
             SpecPlugin::describe(&[("x".into(), "1".into())])
                 .unwrap_err()
+                .message()
                 .contains("unknown parameter 'x'")
         );
         let bad = SPEC.replace("\"Int32\"", "\"Int33\"");
         let err = SpecPlugin::describe(&[("spec".into(), bad)]).unwrap_err();
-        assert!(err.contains("columns[3].type"), "{err}");
+        assert!(err.message().contains("columns[3].type"), "{err}");
     }
 
     #[test]
