@@ -254,17 +254,7 @@ impl Store {
             request = request.project(columns);
         }
         if values.is_empty() {
-            let schema = match &request.projection {
-                Some(columns) => Arc::new(
-                    self.schemas.logical.project(
-                        &columns
-                            .iter()
-                            .map(|c| self.schemas.logical.index_of(c))
-                            .collect::<std::result::Result<Vec<_>, _>>()?,
-                    )?,
-                ),
-                None => self.schemas.logical.clone(),
-            };
+            let schema = self.output_schema(request.projection.as_deref())?;
             return Ok(RecordBatch::new_empty(schema));
         }
         self.scan(request).await
