@@ -332,7 +332,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Get { store, ids } => {
             let store = Store::open_read_only(store.config()).await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            print_json_lines(&store.get_many(&ids).await?)
+            print_found(&store.get_many(&ids).await?, store.key_column(), &ids)
         }
         Command::Scan {
             store,
@@ -593,6 +593,30 @@ fn parse_sort(s: &str) -> Result<SortKey> {
     }
 }
 
+/// Print the rows a lookup found; then, if some asked keys were not found,
+/// fail with a not-found error naming them (exit code 3).
+pub(crate) fn print_found(batch: &RecordBatch, key: &str, ids: &[&str]) -> Result<()> {
+    print_json_lines(batch)?;
+    let found: std::collections::HashSet<&str> = batch
+        .column_by_name(key)
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())
+        .map(|c| c.iter().flatten().collect())
+        .unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    let missing: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| !found.contains(id) && seen.insert(*id))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(lance_context_store::Error::NotFound {
+        what: format!("no record with {key} {}", missing.join(", ")),
+    }
+    .into())
+}
+
 fn print_json_lines(batch: &RecordBatch) -> Result<()> {
     let stdout = std::io::stdout();
     let mut writer = arrow_json::LineDelimitedWriter::new(stdout.lock());
@@ -847,6 +871,12 @@ mod tests {
                 .await
                 .unwrap_or_else(|e| panic!("{args:?}: {e:#}"));
         }
+        // A key not found (here: deleted) is exit code 3, naming the key.
+        let err = cli(&["store", "--root", root, "get", "notes", "a"])
+            .await
+            .unwrap_err();
+        assert_eq!(exit_code(&err), 3, "{err:#}");
+        assert!(err.to_string().contains("id a"), "{err:#}");
         let err = cli(&[
             "store", "--root", root, "scan", "notes", "--filter", "m = 1",
         ])

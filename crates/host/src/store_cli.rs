@@ -281,7 +281,8 @@ pub async fn run(args: StoreArgs) -> Result<()> {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
             let projection = lance_context_host::default_projection(&named.entry().spec);
-            print_json_lines(&named.lookup(&ids, Some(&projection)).await?)
+            let found = named.lookup(&ids, Some(&projection)).await?;
+            crate::print_found(&found, &named.entry().spec.key, &ids)
         }
         StoreCommand::Scan { name, scan } => {
             let named = registry.open_with(&name, &options, true, |c| c).await?;
