@@ -506,14 +506,7 @@ impl Store {
         #[cfg(feature = "failpoints")] hook: Option<crate::ReclaimHook>,
     ) -> Result<()> {
         let writer = self.engine.writer()?;
-        if let Some(old) = self
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            old.abort();
-        }
+        self.stop_background();
         let dataset = self.engine.opener.open().await?;
         writer.reclaim(&dataset).await?;
         #[cfg(feature = "failpoints")]
@@ -707,14 +700,25 @@ impl Store {
         })
     }
 
+    /// The background maintenance task, taken (none runs afterwards).
+    fn take_background(&self) -> Option<Background> {
+        self.background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Abort the background maintenance task, without waiting for it.
+    fn stop_background(&self) {
+        if let Some(background) = self.take_background() {
+            background.abort();
+        }
+    }
+
     /// Flush and release the writer. Reads keep working; adds fail with
     /// [`Error::WriterUnavailable`].
     pub async fn close(&self) -> Result<()> {
-        let background = self
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let background = self.take_background();
         if let Some(background) = background {
             background.stop().await;
         }
@@ -735,14 +739,7 @@ impl Drop for Store {
         // Never blocks: every acknowledged row is already in a generation, so
         // only background work needs stopping (the writer stops its own tasks
         // when the engine goes).
-        if let Some(background) = self
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            background.abort();
-        }
+        self.stop_background();
     }
 }
 

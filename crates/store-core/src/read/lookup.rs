@@ -6,7 +6,7 @@ use std::sync::Arc;
 use datafusion::physical_plan::ExecutionPlan;
 use lance::deps::datafusion;
 
-use super::{ReadView, key_filter};
+use super::{ReadView, key_filter, lookup_shaped};
 use crate::conform::Schemas;
 use crate::error::{Error, LanceResultExt, Result};
 
@@ -34,7 +34,7 @@ pub(crate) async fn plan_lookup(
     view.scanner(&schemas.key)
         .project(&read_cols)
         .map_err(|e| Error::from_lance("projecting", None, e))?
-        .filter_expr(key_filter(&schemas.key, ids))
+        .filter_expr(lookup_shaped(key_filter(&schemas.key, ids), &schemas.key))
         .create_plan()
         .await
         .ctx("planning the point lookup")

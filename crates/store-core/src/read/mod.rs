@@ -258,16 +258,15 @@ pub(crate) async fn collect(stream: BatchStream) -> Result<Vec<RecordBatch>> {
     stream.try_collect().await
 }
 
-/// `key = id` or `key IN (ids)`, shaped for the LSM scanner by
-/// [`lookup_shaped`].
+/// `key = id` or `key IN (ids)` (for the LSM scanner, through
+/// [`lookup_shaped`]).
 pub(crate) fn key_filter(key: &str, ids: &[&str]) -> Expr {
     let column = Expr::Column(Column::new_unqualified(key));
-    let filter = if ids.len() == 1 {
+    if ids.len() == 1 {
         column.eq(lit(ids[0]))
     } else {
         column.in_list(ids.iter().map(|id| lit(*id)).collect(), false)
-    };
-    lookup_shaped(filter, key)
+    }
 }
 
 /// Keys a filter may name and still go to Lance's point-lookup planner.

@@ -181,6 +181,15 @@ fn timestamps(data_type: &DataType, micros: i64, n: usize) -> Result<ArrayRef> {
     }
 }
 
+/// Every record that is not a tombstone: expired, retired and superseded
+/// ones included (what uniqueness and deletes look at).
+fn undeleted() -> Visibility {
+    Visibility {
+        include_tombstones: false,
+        ..Visibility::all()
+    }
+}
+
 impl Store {
     /// The expression that hides what `visibility` does not show, or `None`.
     /// Built from the engine's own constants and typed literals only.
@@ -340,17 +349,7 @@ impl Store {
                 }
             }
             let wanted: Vec<&str> = first.keys().copied().collect();
-            let held = self
-                .rows_where(
-                    column,
-                    &wanted,
-                    Visibility {
-                        include_tombstones: false,
-                        ..Visibility::all()
-                    },
-                    false,
-                )
-                .await?;
+            let held = self.rows_where(column, &wanted, undeleted(), false).await?;
             let held: HashSet<String> = strings(&held, column).into_iter().flatten().collect();
             for (row, v) in values.iter().enumerate() {
                 if let Some(v) = v.as_deref().filter(|v| held.contains(*v))
@@ -405,17 +404,7 @@ impl Store {
     async fn tombstone_where(&self, column: &str, values: &[&str]) -> Result<Vec<bool>> {
         self.need("tombstones", self.capabilities.tombstones)?;
         let _guard = self.record_lock.lock().await;
-        let found = self
-            .rows_where(
-                column,
-                values,
-                Visibility {
-                    include_tombstones: false,
-                    ..Visibility::all()
-                },
-                true,
-            )
-            .await?;
+        let found = self.rows_where(column, values, undeleted(), true).await?;
         let held: HashSet<String> = strings(&found, column).into_iter().flatten().collect();
         let deleted: Vec<bool> = values.iter().map(|v| held.contains(*v)).collect();
         if found.num_rows() == 0 {
@@ -491,15 +480,7 @@ impl Store {
         let (checked, visible, held) = futures::join!(
             self.check_new_records(&conformed, false),
             self.rows_where(&column, &refs, Visibility::default(), false),
-            self.rows_where(
-                &column,
-                &refs,
-                Visibility {
-                    include_tombstones: false,
-                    ..Visibility::all()
-                },
-                false,
-            )
+            self.rows_where(&column, &refs, undeleted(), false,)
         );
         checked?;
         if let Some(problem) = repeated {
