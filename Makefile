@@ -6,9 +6,11 @@ DATA ?= data/demo
 
 .PHONY: demo test plugins test-plugins bench deps test-deps lint fmt
 
-## The main job: write and read a demo store in a local directory.
+## The main job: the product end to end on a registry in a local directory.
+## The same (dev-profile) build as `make test`'s binary: one build for both.
 demo: deps
-	$(CARGO) run --release -p lance-context-host --bin lance-context -- demo --data $(DATA)
+	$(CARGO) build -p lance-context-host --bin lance-context
+	$(CARGO) run -q -p lance-context-host --bin lance-context -- demo --data $(DATA)
 
 ## Benchmarks (release build): adds, merge throughput and peak memory,
 ## point lookups with the key index vs a full scan, at 1M rows; record

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod cli;
 mod crash;
 mod fencing;
 mod fuzz;

@@ -12,6 +12,7 @@ use lance_context_host::{PluginError, PluginLimits, PluginRuntime, Violation};
 use lance_context_wire::craft;
 
 use crate::plugins::{bytes, params, rollout_rows, runtime};
+use crate::support::cli;
 
 /// A one-row batch for the hostile plugin.
 fn hostile(mode: &str, n: i64, payload: &[u8]) -> RecordBatch {
@@ -605,45 +606,6 @@ fn a_runtime_compiles_a_plugin_once_for_all_its_stores() {
         (0, 1),
         "compiled once, then kept in memory (not read from disk again)"
     );
-}
-
-/// The `lance-context` binary next to this test binary (`make test` builds it).
-pub fn cli_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join(format!("lance-context{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.exists(),
-        "{} is missing: build it first (`cargo build -p lance-context-host --bin lance-context`; `make test` does)",
-        bin.display()
-    );
-    bin
-}
-
-/// Run the CLI; (exit code, stdout, stderr).
-pub fn cli(root: &std::path::Path, args: &[&str], stdin: &str) -> (i32, String, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(cli_binary())
-        .args(args)
-        .env("LANCE_CONTEXT_CACHE_DIR", root.join("cache"))
-        .current_dir(root)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -246,7 +246,7 @@ fn crash_trials_run_on_the_object_store() {
         args.push("--storage-option");
         args.push(o);
     }
-    let (code, out, err) = crate::sandbox::cli(dir.path(), &args, "");
+    let (code, out, err) = crate::support::cli(dir.path(), &args, "");
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
         out.contains("rows lost: 0, deletes undone: 0, keys duplicated: 0"),

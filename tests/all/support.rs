@@ -160,3 +160,46 @@ impl Lcg {
         self.next() % n
     }
 }
+
+/// The `lance-context` binary next to this test binary (`make test` builds it).
+pub fn cli_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join(format!("lance-context{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build -p lance-context-host --bin lance-context`; `make test` does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Run the CLI; (exit code, stdout, stderr).
+pub fn cli(
+    root: &std::path::Path,
+    args: &[&str],
+    stdin: impl AsRef<[u8]>,
+) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(cli_binary())
+        .args(args)
+        .env("LANCE_CONTEXT_CACHE_DIR", compile_cache())
+        .current_dir(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_ref())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

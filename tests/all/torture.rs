@@ -6,7 +6,7 @@
 fn crash_trials_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let seconds = std::env::var("LC_TORTURE_SECONDS").unwrap_or_else(|_| "150".into());
-    let (code, out, err) = crate::sandbox::cli(
+    let (code, out, err) = crate::support::cli(
         dir.path(),
         &[
             "torture",

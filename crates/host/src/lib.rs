@@ -5,20 +5,23 @@
 //! produces and its rules ([`spec`]), the catalogue of stores by name
 //! ([`Registry`]), a store opened by name — the only way the host writes —
 //! ([`NamedStore`]), the write pipeline through a plugin ([`prepare`]), the
-//! schemas' named queries ([`named_request`]), and the `lance-context` CLI
-//! (the binary).
+//! schemas' named queries ([`named_request`]), one error kind for all of it
+//! ([`ErrorKind`], [`error_kind`]), and the `lance-context` CLI (the binary,
+//! `src/bin/lance-context/`).
 //!
 //! The crate's public surface is the `pub use` list below; its modules are
 //! private.
 
 #![warn(missing_docs)]
 
+mod kind;
 mod named;
 mod pipeline;
 mod plugin;
 mod query;
 mod registry;
 
+pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;
 pub use named::{NamedStore, QueryFailure};
 pub use pipeline::{PipelineError, input_schema, prepare, rows_from_json, to_input};

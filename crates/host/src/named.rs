@@ -251,6 +251,13 @@ impl NamedStore {
         self.store.stats().await
     }
 
+    /// The base table's kept versions, oldest first (time travel targets).
+    pub async fn versions(
+        &self,
+    ) -> Result<Vec<lance_context_store::VersionInfo>, lance_context_store::Error> {
+        self.store.versions().await
+    }
+
     /// The write-ahead tier: unmerged generations per shard.
     pub async fn wal_status(&self) -> Result<WalStatus, lance_context_store::Error> {
         self.store.wal_status().await

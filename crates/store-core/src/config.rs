@@ -39,6 +39,9 @@ pub struct StoreConfig {
     pub capabilities: RecordCapabilities,
     /// Which old versions of the base table maintenance keeps.
     pub retention: RetentionSettings,
+    /// Time travel: read the base table as it was at this dataset version
+    /// (see [`StoreConfig::with_as_of`]). Only a read-only open takes one.
+    pub as_of: Option<u64>,
 }
 
 impl std::fmt::Debug for StoreConfig {
@@ -58,6 +61,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("indexes", &self.indexes)
             .field("capabilities", &self.capabilities)
             .field("retention", &self.retention)
+            .field("as_of", &self.as_of)
             .finish()
     }
 }
@@ -78,7 +82,20 @@ impl StoreConfig {
             indexes: IndexSettings::default(),
             capabilities: RecordCapabilities::default(),
             retention: RetentionSettings::default(),
+            as_of: None,
         }
+    }
+
+    /// Time travel: read the base table as it was when dataset version
+    /// `version` was committed (`Store::versions` lists them). Only
+    /// [`crate::Store::open_read_only`] takes it (a writable open refuses).
+    /// A version holds what was merged into the base table by then: rows still
+    /// in the write-ahead tier at that moment are not part of it, and reads
+    /// at a version never look at the write-ahead tier. A version that
+    /// retention removed is [`crate::Error::NotFound`].
+    pub fn with_as_of(mut self, version: u64) -> Self {
+        self.as_of = Some(version);
+        self
     }
 
     /// Set the version retention.

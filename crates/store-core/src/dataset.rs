@@ -24,6 +24,8 @@ use crate::error::{Error, LanceResultExt, Result};
 pub(crate) struct Opener {
     uri: String,
     storage_options: HashMap<String, String>,
+    /// Time travel: every open is of this version, and it never refreshes.
+    version: Option<u64>,
 }
 
 impl std::fmt::Debug for Opener {
@@ -34,6 +36,7 @@ impl std::fmt::Debug for Opener {
         f.debug_struct("Opener")
             .field("uri", &self.uri)
             .field("storage_option_keys", &keys)
+            .field("version", &self.version)
             .finish()
     }
 }
@@ -43,7 +46,19 @@ impl Opener {
         Self {
             uri: uri.to_string(),
             storage_options: storage_options.clone(),
+            version: None,
         }
+    }
+
+    /// Open `version` instead of the latest, and never refresh (time travel).
+    pub fn at_version(mut self, version: Option<u64>) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// Whether this opener is pinned to one version (time travel).
+    pub fn is_pinned(&self) -> bool {
+        self.version.is_some()
     }
 
     pub fn uri(&self) -> &str {
@@ -63,24 +78,38 @@ impl Opener {
 
     /// Open the latest version. A missing dataset is [`Error::NotFound`].
     pub async fn open(&self) -> Result<Dataset> {
-        DatasetBuilder::from_uri(&self.uri)
-            .with_storage_options(self.storage_options.clone())
-            .load()
-            .await
-            .map_err(|e| {
-                if e.is_not_found() || matches!(e, lance::Error::DatasetNotFound { .. }) {
-                    Error::NotFound {
-                        what: format!("dataset at {}", self.uri),
-                    }
-                } else {
-                    Error::from_lance(format!("opening {}", self.uri), None, e)
+        let mut builder =
+            DatasetBuilder::from_uri(&self.uri).with_storage_options(self.storage_options.clone());
+        if let Some(version) = self.version {
+            builder = builder.with_version(version);
+        }
+        builder.load().await.map_err(|e| {
+            if let Some(version) = self.version
+                && (e.is_not_found()
+                    || matches!(
+                        e,
+                        lance::Error::DatasetNotFound { .. } | lance::Error::VersionNotFound { .. }
+                    ))
+            {
+                Error::NotFound {
+                    what: format!("version {version} of the dataset at {}", self.uri),
                 }
-            })
+            } else if e.is_not_found() || matches!(e, lance::Error::DatasetNotFound { .. }) {
+                Error::NotFound {
+                    what: format!("dataset at {}", self.uri),
+                }
+            } else {
+                Error::from_lance(format!("opening {}", self.uri), None, e)
+            }
+        })
     }
 
     /// The newest version of `current`, or `current` itself when nothing newer
     /// was committed. Keeps the storage options `current` was opened with.
     pub async fn refresh(&self, current: &Arc<Dataset>) -> Result<Arc<Dataset>> {
+        if self.is_pinned() {
+            return Ok(current.clone());
+        }
         let latest = current
             .latest_version_id()
             .await

@@ -180,7 +180,11 @@ impl Engine {
         let mut attempts = 0;
         loop {
             let dataset = self.fresh_dataset().await?;
-            let shards = shard_snapshots(&dataset).await?;
+            // A version (time travel) is the base table alone.
+            let shards = match self.opener.is_pinned() {
+                true => Vec::new(),
+                false => shard_snapshots(&dataset).await?,
+            };
             attempts += 1;
             if attempts < 4 && shards.iter().any(|s| s.gap) {
                 let latest = dataset

@@ -105,5 +105,5 @@ pub use merge::MergeStats;
 pub use merge::{MergeFailpoint, MergeHook, ReclaimHook};
 pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility, check_plain_predicate};
 pub use store::records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
-pub use store::{PRIMARY_KEY_METADATA, Store, WalStatus};
+pub use store::{PRIMARY_KEY_METADATA, Store, VersionInfo, WalStatus};
 pub use writer::AddOutcome;

@@ -95,6 +95,11 @@ impl Store {
     /// A dataset without a MemWAL (one written by plain Lance, or a create that
     /// stopped half-way) has it initialised.
     pub async fn open(config: StoreConfig) -> Result<Self> {
+        if config.as_of.is_some() {
+            return Err(Error::invalid_argument(
+                "a store opened at a version (as_of) is read-only: open it with open_read_only",
+            ));
+        }
         let opener = Opener::new(&config.uri, &config.storage_options);
         let mut dataset = opener.open().await?;
         ensure_mem_wal(&mut dataset).await?;
@@ -104,8 +109,10 @@ impl Store {
     /// Open an existing dataset for reading only: no writer is opened, so no
     /// shard is claimed and a running writer is not disturbed. Adds fail with
     /// [`Error::WriterUnavailable`].
+    /// With [`StoreConfig::with_as_of`], every read sees the base table at
+    /// that version (time travel).
     pub async fn open_read_only(config: StoreConfig) -> Result<Self> {
-        let opener = Opener::new(&config.uri, &config.storage_options);
+        let opener = Opener::new(&config.uri, &config.storage_options).at_version(config.as_of);
         let dataset = opener.open().await?;
         Self::start(config, opener, dataset, false).await
     }
@@ -471,6 +478,25 @@ impl Store {
             .await
         })
         .await
+    }
+
+    /// The base table's versions that retention has kept, oldest first: what
+    /// [`StoreConfig::with_as_of`] can open.
+    pub async fn versions(&self) -> Result<Vec<VersionInfo>> {
+        let dataset = self.engine.fresh_dataset().await?;
+        let current = dataset.version().version;
+        let versions = dataset
+            .versions()
+            .await
+            .map_err(|e| Error::from_lance("listing versions", None, e))?;
+        Ok(versions
+            .into_iter()
+            .map(|v| VersionInfo {
+                version: v.version,
+                timestamp_micros: v.timestamp.timestamp_micros(),
+                current: v.version == current,
+            })
+            .collect())
     }
 
     /// Operator statistics: rows, fragments, pending generations, indexes and
@@ -863,4 +889,16 @@ fn resolve_schemas(config: &StoreConfig, stored: SchemaRef) -> Result<Schemas> {
         stored,
         key,
     })
+}
+
+/// One kept version of the base table (see [`Store::versions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// The dataset version number.
+    pub version: u64,
+    /// When it was committed, in microseconds since the epoch (UTC).
+    pub timestamp_micros: i64,
+    /// Whether it is the version this handle reads (the latest, or the one
+    /// it was opened at).
+    pub current: bool,
 }

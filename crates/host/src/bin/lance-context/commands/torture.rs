@@ -77,8 +77,8 @@ pub struct TortureArgs {
     #[arg(long)]
     uri_base: Option<String>,
     /// Storage option `key=value` for `--uri-base`; repeatable.
-    #[arg(long = "storage-option", value_parser = crate::parse_storage_option)]
-    storage_options: Vec<crate::StorageOption>,
+    #[arg(long = "storage-option", value_parser = crate::args::parse_storage_option)]
+    storage_options: Vec<crate::args::StorageOption>,
 }
 
 /// A worker of one trial (hidden commands run by `torture`).
@@ -88,8 +88,8 @@ pub struct WorkerArgs {
     root: PathBuf,
     #[arg(long)]
     seed: u64,
-    #[arg(long = "storage-option", value_parser = crate::parse_storage_option)]
-    storage_options: Vec<crate::StorageOption>,
+    #[arg(long = "storage-option", value_parser = crate::args::parse_storage_option)]
+    storage_options: Vec<crate::args::StorageOption>,
 }
 
 /// Deterministic randomness for a trial (splitmix64).
@@ -108,7 +108,7 @@ impl Rng {
     }
 }
 
-fn options(list: &[crate::StorageOption]) -> HashMap<String, String> {
+fn options(list: &[crate::args::StorageOption]) -> HashMap<String, String> {
     list.iter().map(|o| (o.0.clone(), o.1.clone())).collect()
 }
 
@@ -382,7 +382,12 @@ impl Log {
     }
 }
 
-fn spawn(command: &str, root: &Path, seed: u64, storage: &[crate::StorageOption]) -> Result<Child> {
+fn spawn(
+    command: &str,
+    root: &Path,
+    seed: u64,
+    storage: &[crate::args::StorageOption],
+) -> Result<Child> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(command)
         .arg("--root")

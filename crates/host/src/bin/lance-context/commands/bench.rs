@@ -106,7 +106,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         core(&args, &uri).await?;
     }
     if args.records_rows > 0 {
-        crate::bench_records::run(
+        super::bench_records::run(
             &dir.join("records"),
             args.records_rows,
             args.batch,
@@ -115,7 +115,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         .await?;
     }
     if args.retention_merges > 0 {
-        crate::bench_records::retention(&dir.join("retention"), args.retention_merges).await?;
+        super::bench_records::retention(&dir.join("retention"), args.retention_merges).await?;
     }
     Ok(())
 }

@@ -1,0 +1,12 @@
+//! One module per command group (the binary's `main.rs` dispatches).
+
+pub mod bench;
+pub mod bench_plugins;
+pub mod bench_records;
+pub mod dataset;
+pub mod demo;
+pub mod export;
+pub mod plugin;
+pub mod report;
+pub mod store;
+pub mod torture;

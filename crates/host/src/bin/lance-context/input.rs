@@ -1,0 +1,364 @@
+//! Records in: JSON Lines, Arrow IPC (stream or file) and Parquet, from a
+//! file or stdin, streamed in batches of at most `batch_rows` — never the
+//! whole input in memory. Every row keeps its position in the input (the
+//! line for JSON Lines, the row for Arrow and Parquet, 1-based) so that a
+//! refusal names it.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
+use lance_context_host::{LoadedPlugin, PipelineError, input_schema, rows_from_json};
+
+use crate::args::usage;
+
+/// An input or output format of records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// JSON Lines: one JSON object per line.
+    Jsonl,
+    /// Arrow IPC: the stream format (or, from a file, the file format).
+    Arrow,
+    /// Parquet (a file, not stdin).
+    Parquet,
+}
+
+impl Format {
+    /// The format `given`, else the one the file's extension names, else
+    /// JSON Lines.
+    pub fn pick(given: Option<Format>, path: Option<&Path>) -> Format {
+        given.unwrap_or_else(|| {
+            match path
+                .and_then(|p| p.extension())
+                .and_then(|e| e.to_str())
+                .map(str::to_ascii_lowercase)
+                .as_deref()
+            {
+                Some("arrow" | "arrows" | "ipc" | "feather") => Format::Arrow,
+                Some("parquet" | "pq") => Format::Parquet,
+                _ => Format::Jsonl,
+            }
+        })
+    }
+}
+
+/// Where each row of a chunk came from.
+#[derive(Debug, Clone)]
+pub enum Positions {
+    /// JSON Lines: the line of each row.
+    Lines(Vec<usize>),
+    /// Arrow and Parquet: rows `first..first + n`.
+    Rows { first: usize },
+}
+
+impl Positions {
+    /// `line 12` or `row 12` for the chunk's `row`-th row.
+    pub fn name(&self, row: usize) -> String {
+        match self {
+            Self::Lines(lines) => format!("line {}", lines.get(row).copied().unwrap_or(0)),
+            Self::Rows { first } => format!("row {}", first + row),
+        }
+    }
+
+    /// Where the chunk starts, e.g. `line 3`.
+    pub fn start(&self) -> String {
+        self.name(0)
+    }
+}
+
+/// A batch of input rows, and where they came from.
+#[derive(Debug)]
+pub struct Chunk {
+    pub batch: RecordBatch,
+    pub positions: Positions,
+}
+
+/// Records read from a file or stdin, a chunk at a time.
+pub struct Input {
+    source: Source,
+    batch_rows: usize,
+    /// Input bytes read so far (JSON Lines) or rows (Arrow, Parquet).
+    pub progress: u64,
+    /// The input's size in the unit of `progress`, when known.
+    pub total: Option<u64>,
+}
+
+enum Source {
+    Jsonl {
+        reader: Box<dyn BufRead>,
+        line: usize,
+    },
+    Batches {
+        batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>>,
+        pending: Vec<RecordBatch>,
+        pending_rows: usize,
+        next_row: usize,
+        done: bool,
+    },
+}
+
+impl Input {
+    /// Open `path` (`None` or `-`: stdin) as `format`.
+    pub fn open(path: Option<&PathBuf>, format: Format, batch_rows: usize) -> Result<Self> {
+        let path = path.filter(|p| p.as_os_str() != "-");
+        let open = |p: &Path| File::open(p).with_context(|| format!("opening {}", p.display()));
+        let (source, total) = match format {
+            Format::Jsonl => {
+                let (reader, total): (Box<dyn BufRead>, _) = match path {
+                    Some(p) => {
+                        let file = open(p)?;
+                        let len = file.metadata().map(|m| m.len()).ok();
+                        (Box::new(BufReader::with_capacity(1 << 20, file)), len)
+                    }
+                    None => (Box::new(BufReader::new(std::io::stdin())), None),
+                };
+                (Source::Jsonl { reader, line: 0 }, total)
+            }
+            Format::Arrow => {
+                let batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>> = match path
+                {
+                    Some(p) => {
+                        let mut file = open(p)?;
+                        let mut magic = [0u8; 6];
+                        let is_file_format =
+                            file.read_exact(&mut magic).is_ok() && &magic == b"ARROW1";
+                        let file = open(p)?;
+                        if is_file_format {
+                            Box::new(
+                                arrow_ipc::reader::FileReader::try_new_buffered(file, None)
+                                    .map_err(|e| not_format(p, "an Arrow IPC file", e))?,
+                            )
+                        } else {
+                            Box::new(
+                                arrow_ipc::reader::StreamReader::try_new_buffered(file, None)
+                                    .map_err(|e| not_format(p, "an Arrow IPC stream", e))?,
+                            )
+                        }
+                    }
+                    None => Box::new(
+                        arrow_ipc::reader::StreamReader::try_new_buffered(std::io::stdin(), None)
+                            .map_err(|e| {
+                                usage(format!(
+                                    "stdin is not an Arrow IPC stream ({e}); the Arrow file format needs a path"
+                                ))
+                            })?,
+                    ),
+                };
+                (batches_source(batches), None)
+            }
+            Format::Parquet => {
+                let Some(p) = path else {
+                    return Err(usage(
+                        "Parquet is read from a file (it is not streamable from stdin): give a path",
+                    ));
+                };
+                let builder =
+                    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open(
+                        p,
+                    )?)
+                    .map_err(|e| usage(format!("{} is not a Parquet file: {e}", p.display())))?;
+                let rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
+                let reader = builder
+                    .with_batch_size(batch_rows.min(65_536))
+                    .build()
+                    .map_err(|e| usage(format!("reading {}: {e}", p.display())))?;
+                (batches_source(Box::new(reader)), Some(rows))
+            }
+        };
+        Ok(Self {
+            source,
+            batch_rows,
+            progress: 0,
+            total,
+        })
+    }
+
+    /// The next chunk (at most `batch_rows` rows), matched to the plugin's
+    /// input schema; `None` at the end. An input problem names its line or row.
+    pub fn next_chunk(&mut self, plugin: &LoadedPlugin) -> Result<Option<Chunk>> {
+        match &mut self.source {
+            Source::Jsonl { reader, line } => {
+                let mut lines: Vec<usize> = Vec::new();
+                let mut text: Vec<u8> = Vec::new();
+                let mut buf = Vec::new();
+                while lines.len() < self.batch_rows {
+                    buf.clear();
+                    let n = reader
+                        .read_until(b'\n', &mut buf)
+                        .context("reading the input")?;
+                    if n == 0 {
+                        break;
+                    }
+                    *line += 1;
+                    self.progress += n as u64;
+                    let Ok(s) = std::str::from_utf8(&buf) else {
+                        return Err(usage(format!("line {line}: not UTF-8 text")));
+                    };
+                    if s.trim().is_empty() {
+                        continue;
+                    }
+                    text.extend_from_slice(s.trim_end_matches(['\n', '\r']).as_bytes());
+                    text.push(b'\n');
+                    lines.push(*line);
+                }
+                if lines.is_empty() {
+                    return Ok(None);
+                }
+                let batch = rows_from_json(plugin, text.as_slice()).map_err(|e| {
+                    let at = match &e {
+                        PipelineError::InvalidInput { row: Some(row), .. } => {
+                            format!("line {}", lines.get(*row).copied().unwrap_or(0))
+                        }
+                        _ => format!("lines {}–{}", lines[0], lines[lines.len() - 1]),
+                    };
+                    anyhow::Error::new(e).context(at)
+                })?;
+                Ok(Some(Chunk {
+                    batch,
+                    positions: Positions::Lines(lines),
+                }))
+            }
+            Source::Batches {
+                batches,
+                pending,
+                pending_rows,
+                next_row,
+                done,
+            } => {
+                while !*done && *pending_rows < self.batch_rows {
+                    match batches.next() {
+                        None => *done = true,
+                        Some(batch) => {
+                            let batch = batch.map_err(|e| {
+                                usage(format!(
+                                    "reading the input after row {}: {e}",
+                                    *next_row + *pending_rows
+                                ))
+                            })?;
+                            *pending_rows += batch.num_rows();
+                            pending.push(batch);
+                        }
+                    }
+                }
+                if *pending_rows == 0 {
+                    return Ok(None);
+                }
+                let schema = pending[0].schema();
+                let all = arrow_select::concat::concat_batches(&schema, pending.iter())
+                    .map_err(|e| usage(format!("the input's batches differ in schema: {e}")))?;
+                let take = all.num_rows().min(self.batch_rows);
+                let chunk = all.slice(0, take);
+                pending.clear();
+                *pending_rows = all.num_rows() - take;
+                if *pending_rows > 0 {
+                    pending.push(all.slice(take, *pending_rows));
+                }
+                let first = *next_row + 1;
+                *next_row += take;
+                self.progress += take as u64;
+                let batch = conform(&input_schema(plugin), &chunk)
+                    .map_err(|e| e.context(format!("rows {first}–{}", first + take - 1)))?;
+                Ok(Some(Chunk {
+                    batch,
+                    positions: Positions::Rows { first },
+                }))
+            }
+        }
+    }
+}
+
+fn batches_source(batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>>) -> Source {
+    Source::Batches {
+        batches,
+        pending: Vec::new(),
+        pending_rows: 0,
+        next_row: 0,
+        done: false,
+    }
+}
+
+fn not_format(path: &Path, what: &str, e: ArrowError) -> anyhow::Error {
+    usage(format!("{} is not {what}: {e}", path.display()))
+}
+
+/// Match an Arrow or Parquet batch to the input schema by column name: an
+/// unknown column is refused; a column of another type is converted only
+/// within its family when nothing can be lost (a string to a large string,
+/// an integer to a wider one, a dictionary to its values, a timestamp of the
+/// same unit); anything else is refused, naming the column.
+fn conform(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let Ok(target) = schema.field_with_name(field.name()) else {
+            return Err(usage(format!(
+                "unknown column '{}' (the schema's columns: {})",
+                field.name(),
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        let column = if target.data_type().equals_datatype(field.data_type()) {
+            column.clone()
+        } else if lossless(field.data_type(), target.data_type()) {
+            let options = arrow_cast::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            arrow_cast::cast_with_options(column, target.data_type(), &options).map_err(|e| {
+                usage(format!(
+                    "column '{}': cannot convert {} to {}: {e}",
+                    field.name(),
+                    field.data_type(),
+                    target.data_type()
+                ))
+            })?
+        } else {
+            return Err(usage(format!(
+                "column '{}' has type {}, the schema declares {}",
+                field.name(),
+                field.data_type(),
+                target.data_type()
+            )));
+        };
+        fields.push(target.clone().with_nullable(true));
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+    )?)
+}
+
+/// Conversions that keep every value as it is.
+fn lossless(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    match (from, to) {
+        (Dictionary(_, value), to) => value.as_ref() == to || lossless(value, to),
+        (_, Dictionary(_, value)) => lossless(from, value) || from == value.as_ref(),
+        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
+        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
+        (Int8, Int16 | Int32 | Int64) | (Int16, Int32 | Int64) | (Int32, Int64) => true,
+        (UInt8, Int16 | Int32 | Int64 | UInt16 | UInt32 | UInt64)
+        | (UInt16, Int32 | Int64 | UInt32 | UInt64)
+        | (UInt32, Int64 | UInt64) => true,
+        (Float16, Float32 | Float64) | (Float32, Float64) => true,
+        (Timestamp(a, _), Timestamp(b, _)) => a == b,
+        (List(a), List(b) | LargeList(b)) | (LargeList(a), LargeList(b)) => {
+            a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
+        }
+        (List(a) | LargeList(a), FixedSizeList(b, _)) => {
+            a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,130 @@
+//! `lance-context`: the operator CLI.
+//!
+//! `demo` is the main job on the embedded default (a registry of stores in a
+//! local directory). `store …` works on stores by name, `plugin …` on schema
+//! plugins; the dataset-level commands (`count`, `get`, `scan`, `status`,
+//! `merge`, `compact` with `--uri`) read any dataset without a registry.
+//!
+//! Layout: `args.rs` (shared argument types), `exit.rs` (exit codes from the
+//! host's one error kind), `output.rs` (tables, JSON Lines, progress),
+//! `input.rs` (record formats in), `commands/` (one file per command group).
+
+mod args;
+mod commands;
+mod exit;
+mod input;
+mod output;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{CommandFactory, Parser, Subcommand};
+
+use commands::{bench, bench_plugins, dataset, demo, plugin, store, torture};
+use output::Out;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lance-context",
+    version,
+    about = "Storage host for AI-agent data on Lance"
+)]
+struct Cli {
+    /// Print JSON Lines (one object per record or result) instead of tables;
+    /// the default when stdout is not a terminal.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The product end to end: four stores (three built-in plugins and a user
+    /// schema) loaded through their plugins, maintenance, every kind of read.
+    Demo(demo::DemoCommand),
+    /// Stores by name in a data root: create, list, describe, drop, add,
+    /// get, scan, count, search, export, delete, status, versions, merge,
+    /// compact, index, named queries.
+    Store(store::StoreArgs),
+    /// Schema plugins: list, inspect a declaration, check a component.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::PluginCommand,
+    },
+    #[command(flatten)]
+    Dataset(dataset::DatasetCommand),
+    /// Benchmark adds, merge and point lookups (key index vs full scan).
+    Bench(bench::BenchArgs),
+    /// Benchmark the plugin boundary: adds through the rollout plugin vs native.
+    BenchPlugins(bench_plugins::PluginBenchArgs),
+    /// Seeded crash trials: a writer (and an operator's maintenance) killed at
+    /// random moments, then every acknowledged write checked.
+    Torture(torture::TortureArgs),
+    #[command(hide = true)]
+    TortureWriter(torture::WorkerArgs),
+    #[command(hide = true)]
+    TortureMaintainer(torture::WorkerArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Out::new(cli.json);
+    // Lance's futures are deep; 8 MiB per worker as for the main thread.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(8 << 20)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli.command, out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let kind = exit::kind(&err);
+            let code = exit::code(kind);
+            if out.json {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"error": {
+                        "kind": kind.as_str(),
+                        "message": format!("{err:#}"),
+                        "exit_code": code,
+                    }})
+                );
+            } else {
+                eprintln!("error: {err:#}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(command: Command, out: Out) -> Result<()> {
+    match command {
+        Command::Demo(c) => demo::run(c, out).await,
+        Command::Store(args) => store::run(args, out).await,
+        Command::Plugin { command } => command.execute(out),
+        Command::Dataset(c) => c.execute(out).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::BenchPlugins(args) => bench_plugins::run(args).await,
+        Command::Torture(args) => torture::run(args).await,
+        Command::TortureWriter(args) => torture::writer(args).await,
+        Command::TortureMaintainer(args) => torture::maintainer(args).await,
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "lance-context",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! What commands print: a table on a terminal, JSON Lines when stdout is
+//! piped or with `--json`; progress on stderr only when it is a terminal.
+//!
+//! JSON field names are stable (docs/cli.md lists them). Records print as one
+//! JSON object per row, exactly as `store add` reads them back.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Result;
+use arrow_array::RecordBatch;
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+/// Widest cell of a record table on a terminal (JSON output is never cut).
+const CELL_CHARS: usize = 60;
+
+/// Where a command's output goes, and in which form.
+#[derive(Debug, Clone, Copy)]
+pub struct Out {
+    /// JSON Lines instead of tables and sentences.
+    pub json: bool,
+}
+
+impl Out {
+    /// JSON when asked, or when stdout is not a terminal.
+    pub fn new(json: bool) -> Self {
+        Self {
+            json: json || !std::io::stdout().is_terminal(),
+        }
+    }
+
+    /// Rows of a store: JSON Lines, or a table.
+    pub fn rows(&self, batch: &RecordBatch) -> Result<()> {
+        if self.json {
+            return json_lines(batch);
+        }
+        if batch.num_rows() == 0 {
+            println!("(no rows)");
+            return Ok(());
+        }
+        println!("{}", record_table(batch)?);
+        println!("({} row(s))", batch.num_rows());
+        Ok(())
+    }
+
+    /// One result object: a JSON line, or the sentence `human` gives.
+    pub fn item<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string(value)?);
+        } else {
+            println!("{}", human());
+        }
+        Ok(())
+    }
+
+    /// A list: one JSON line per item, or a table with `headers` whose
+    /// cells `cells` gives per item.
+    pub fn list<T: Serialize>(
+        &self,
+        items: &[T],
+        headers: &[&str],
+        cells: impl Fn(&T) -> Vec<String>,
+        empty: &str,
+    ) -> Result<()> {
+        if self.json {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for item in items {
+                serde_json::to_writer(&mut out, item)?;
+                out.write_all(b"\n")?;
+            }
+            return Ok(());
+        }
+        if items.is_empty() {
+            println!("{empty}");
+            return Ok(());
+        }
+        let mut table = new_table();
+        table.set_header(headers.to_vec());
+        for item in items {
+            table.add_row(cells(item));
+        }
+        println!("{table}");
+        Ok(())
+    }
+
+    /// A bar over `len` units (records, bytes) when stderr is a terminal
+    /// and the output is not JSON; hidden otherwise.
+    pub fn bar(&self, len: Option<u64>, what: &str) -> ProgressBar {
+        let bar = match len {
+            Some(len) => ProgressBar::with_draw_target(Some(len), self.draw_target()),
+            None => ProgressBar::with_draw_target(None, self.draw_target()),
+        };
+        let template = match len {
+            Some(_) => "{spinner} {msg} [{elapsed_precise}] {wide_bar} {percent}% ETA {eta}",
+            None => "{spinner} {msg} [{elapsed_precise}]",
+        };
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style);
+        }
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    }
+
+    /// A spinner for work of unknown length (merge, compaction, index build).
+    pub fn spinner(&self, what: &str) -> ProgressBar {
+        self.bar(None, what)
+    }
+
+    fn draw_target(&self) -> ProgressDrawTarget {
+        if self.json || !std::io::stderr().is_terminal() {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        }
+    }
+}
+
+/// A batch as JSON Lines on stdout.
+pub fn json_lines(batch: &RecordBatch) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut writer = arrow_json::LineDelimitedWriter::new(stdout.lock());
+    writer.write(batch)?;
+    writer.finish()?;
+    Ok(())
+}
+
+fn new_table() -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    // Fit the terminal's width when it has a usable one; otherwise (a pty
+    // of unknown size) let the table be as wide as its cells.
+    table.set_content_arrangement(match table.width() {
+        Some(w) if w >= 40 => ContentArrangement::Dynamic,
+        _ => ContentArrangement::Disabled,
+    });
+    table
+}
+
+/// A record batch as a table, long cells cut (JSON shows them whole).
+fn record_table(batch: &RecordBatch) -> Result<Table> {
+    let options = FormatOptions::default().with_null("null");
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut table = new_table();
+    table.set_header(
+        batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect::<Vec<_>>(),
+    );
+    for row in 0..batch.num_rows() {
+        let mut cells = Vec::with_capacity(formatters.len());
+        for formatter in &formatters {
+            cells.push(cut(&formatter.value(row).to_string()));
+        }
+        table.add_row(cells);
+    }
+    Ok(table)
+}
+
+/// One line, control characters (terminal escapes) shown escaped, cut to
+/// [`CELL_CHARS`].
+fn cut(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .flat_map(|c| match c {
+            '\n' | '\r' | '\t' => vec![' '],
+            c if c.is_control() => c.escape_default().collect(),
+            c => vec![c],
+        })
+        .collect();
+    if one_line.chars().count() <= CELL_CHARS {
+        return one_line;
+    }
+    let mut s: String = one_line.chars().take(CELL_CHARS - 1).collect();
+    s.push('…');
+    s
+}

@@ -1,0 +1,739 @@
+//! The `lance-context` binary, spawned for real on temporary roots: JSON
+//! output shapes, exit codes per error kind, bad input files (nothing
+//! written), dry runs, export → import round trips in every format, time
+//! travel, search, completions and the demo run twice.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::cli;
+
+const NOTES: &str = r#"{"name": "notes", "key": "id", "columns": [
+    {"name": "id", "type": "Utf8", "nullable": false},
+    {"name": "n", "type": "Int32", "rules": {"min": 0}},
+    {"name": "tag", "type": "Utf8"},
+    {"name": "at", "type": "Timestamp(Microsecond, None)"},
+    {"name": "blob", "type": "LargeBinary"}]}"#;
+
+/// Run with `--json`; (exit code, stdout's JSON lines, stderr).
+fn json(root: &Path, args: &[&str], stdin: &str) -> (i32, Vec<Value>, String) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = cli(root, &all, stdin);
+    let values = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    (code, values, err)
+}
+
+/// Run and expect success; stdout's JSON lines.
+fn ok(root: &Path, args: &[&str]) -> Vec<Value> {
+    let (code, values, err) = json(root, args, "");
+    assert_eq!(code, 0, "{args:?}: {err}");
+    values
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort();
+    k
+}
+
+/// A root with store `notes` (from a spec file); the spec file's path.
+fn notes_root(root: &Path) -> String {
+    let spec = root.join("notes.json");
+    std::fs::write(&spec, NOTES).unwrap();
+    let spec = spec.to_str().unwrap().to_string();
+    ok(root, &["store", "create", "notes", "--spec", &spec]);
+    spec
+}
+
+fn count(root: &Path, store: &str) -> u64 {
+    ok(root, &["store", "count", store])[0]["count"]
+        .as_u64()
+        .unwrap()
+}
+
+const ROWS: &str = "{\"id\": \"a\", \"n\": 1, \"tag\": \"x\", \"at\": \"2026-11-30T10:00:00\", \"blob\": \"00ff\"}\n\
+                    {\"id\": \"b\", \"n\": 2, \"tag\": \"y\"}\n\
+                    \n\
+                    {\"id\": \"c\", \"n\": 3}\n";
+
+#[test]
+fn json_output_has_stable_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = root.join("notes.json");
+    std::fs::write(&spec, NOTES).unwrap();
+    let created = ok(
+        root,
+        &["store", "create", "notes", "--spec", spec.to_str().unwrap()],
+    );
+    assert_eq!(
+        keys(&created[0]),
+        [
+            "columns",
+            "plugin",
+            "plugin_version",
+            "sha256",
+            "store",
+            "uri"
+        ]
+    );
+    let (code, added, err) = json(root, &["store", "add", "notes", "-"], ROWS);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        keys(&added[0]),
+        [
+            "batches",
+            "dry_run",
+            "records",
+            "records_per_second",
+            "seconds",
+            "store"
+        ]
+    );
+    assert_eq!(added[0]["records"], 3);
+    let listed = ok(root, &["store", "list"]);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        keys(&listed[0]),
+        ["name", "plugin", "plugin_version", "state", "uri"]
+    );
+    let described = ok(root, &["store", "describe", "notes"]);
+    assert_eq!(described[0]["name"], "notes");
+    assert_eq!(described[0]["spec"]["key"], "id");
+    // Records: one object per row, as `store add` reads them.
+    let rows = ok(root, &["store", "scan", "notes", "--order-by", "id"]);
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["id"], "a");
+    assert_eq!(rows[0]["n"], 1);
+    let got = ok(root, &["store", "get", "notes", "b"]);
+    assert_eq!(got[0]["tag"], "y");
+    assert_eq!(ok(root, &["store", "count", "notes"])[0]["count"], 3);
+    assert_eq!(
+        ok(root, &["store", "count", "notes", "--filter", "n >= 2"])[0]["count"],
+        2
+    );
+    let status = ok(root, &["store", "status", "notes"]);
+    for k in [
+        "bytes_on_disk",
+        "fragments",
+        "indexes",
+        "pending_generations",
+        "rows",
+        "rows_in_base",
+        "unmerged_rows",
+        "version",
+        "versions",
+    ] {
+        assert!(
+            status[0].get(k).is_some(),
+            "status lacks {k}: {}",
+            status[0]
+        );
+    }
+    let merged = ok(root, &["store", "merge", "notes"]);
+    assert_eq!(merged[0]["rows_upserted"], 3, "{}", merged[0]);
+    for k in ["generations_merged", "keys_deleted", "passes", "seconds"] {
+        assert!(merged[0].get(k).is_some(), "merge lacks {k}");
+    }
+    let compacted = ok(root, &["store", "compact", "notes"]);
+    for k in [
+        "fragments_added",
+        "fragments_removed",
+        "files_added",
+        "files_removed",
+    ] {
+        assert!(compacted[0].get(k).is_some(), "compact lacks {k}");
+    }
+    let versions = ok(root, &["store", "versions", "notes"]);
+    assert!(!versions.is_empty());
+    assert_eq!(keys(&versions[0]), ["current", "timestamp", "version"]);
+    assert_eq!(
+        versions.iter().filter(|v| v["current"] == true).count(),
+        1,
+        "{versions:?}"
+    );
+    let deleted = ok(root, &["store", "delete", "notes", "a", "zz"]);
+    assert_eq!(deleted[0], serde_json::json!({"key": "a", "deleted": true}));
+    assert_eq!(
+        deleted[1],
+        serde_json::json!({"key": "zz", "deleted": false})
+    );
+    let inspected = ok(root, &["plugin", "inspect", "rollout"]);
+    assert_eq!(inspected[0]["plugin"], "rollout");
+    assert_eq!(inspected[0]["key"], "id");
+    assert!(inspected[0]["columns"].as_array().unwrap().len() > 30);
+    assert_eq!(
+        keys(&inspected[0]["columns"][0]),
+        ["metadata", "name", "nullable", "type"]
+    );
+    let plugins = ok(root, &["plugin", "list", "--root", "data"]);
+    let names: Vec<&str> = plugins
+        .iter()
+        .map(|p| p["plugin"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.starts_with(&["rollout", "context", "datagen"]),
+        "{names:?}"
+    );
+    let notes = plugins.iter().find(|p| p["plugin"] == "notes").unwrap();
+    assert_eq!(notes["stores"], serde_json::json!(["notes"]));
+    let queries = ok(root, &["store", "query", "notes"]);
+    assert!(queries.is_empty());
+    // An error, with --json, is one JSON object on stderr.
+    let (code, _, err) = json(root, &["store", "describe", "nope"], "");
+    assert_eq!(code, 3);
+    let e: Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(e["error"]["kind"], "not_found");
+    assert_eq!(e["error"]["exit_code"], 3);
+}
+
+#[test]
+fn exit_codes_follow_the_error_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = notes_root(root);
+    let code = |args: &[&str]| {
+        let (code, out, err) = cli(root, args, "");
+        (code, format!("{out}{err}"))
+    };
+    // 4: exists.
+    let (c, e) = code(&["store", "create", "notes", "--spec", &spec]);
+    assert_eq!(c, 4, "{e}");
+    // 3: no such store, key, version or file.
+    let (c, e) = code(&["store", "scan", "nope"]);
+    assert_eq!(c, 3, "{e}");
+    let (c, e) = code(&["store", "add", "notes", "/no/such/file.jsonl"]);
+    assert_eq!(c, 3, "{e}");
+    let (c, e) = code(&["store", "get", "notes", "missing"]);
+    assert_eq!(c, 3, "{e}");
+    assert!(e.contains("missing"), "{e}");
+    let (c, e) = code(&["store", "scan", "notes", "--as-of", "999"]);
+    assert_eq!(c, 3, "{e}");
+    assert!(e.contains("version 999"), "{e}");
+    let (c, e) = code(&["count", "--uri", root.join("nowhere").to_str().unwrap()]);
+    assert_eq!(c, 3, "{e}");
+    // 2: invalid input — a bad filter, a bad --param, a declaration that
+    // breaks the rules, an unknown built-in, a bad order, a bad vector.
+    let (c, e) = code(&["store", "scan", "notes", "--filter", "nope = 1"]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&["store", "scan", "notes", "--order-by", "n:sideways"]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&[
+        "store",
+        "create",
+        "ctx",
+        "--plugin",
+        "context",
+        "--param",
+        "embedding_dim=-3",
+    ]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&["plugin", "inspect", "context", "--param", "bogus=1"]);
+    assert_eq!(c, 2, "{e}");
+    let bad_spec = root.join("bad.json");
+    std::fs::write(
+        &bad_spec,
+        r#"{"name": "bad", "key": "id", "columns": [{"name": "id", "type": "Int32"}]}"#,
+    )
+    .unwrap();
+    let (c, e) = code(&[
+        "store",
+        "create",
+        "bad",
+        "--spec",
+        bad_spec.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&["store", "create", "x", "--plugin", "nosuch"]);
+    assert_eq!(c, 2, "{e}");
+    let (c, e) = code(&["store", "drop", "notes"]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("--yes"), "{e}");
+    // Usage errors (clap) are 2 as well.
+    let (c, _) = code(&["store", "get", "notes"]);
+    assert_eq!(c, 2);
+    // Not a vector store.
+    let (c, e) = code(&["store", "index", "notes"]);
+    assert_eq!(c, 2, "{e}");
+    // The store is untouched by all of it.
+    assert_eq!(count(root, "notes"), 0);
+    let (c, e) = code(&["store", "drop", "notes", "--yes"]);
+    assert_eq!(c, 0, "{e}");
+    let (c, e) = code(&["store", "describe", "notes"]);
+    assert_eq!(c, 3, "{e}");
+}
+
+/// Every kind of bad file is refused with its line (or row), and nothing
+/// from it is written.
+#[test]
+fn bad_files_are_refused_by_line_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    notes_root(root);
+    let file = |name: &str, bytes: &[u8]| {
+        let p = root.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "truncated line",
+            file(
+                "t.jsonl",
+                b"{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\"",
+            ),
+            "line 2",
+        ),
+        (
+            "wrong type",
+            file(
+                "w.jsonl",
+                b"{\"id\": \"a\", \"n\": 1}\n\n{\"id\": \"b\", \"n\": \"many\"}\n",
+            ),
+            "line",
+        ),
+        (
+            "unknown column",
+            file(
+                "u.jsonl",
+                b"{\"id\": \"a\"}\n{\"id\": \"b\"}\n{\"id\": \"c\", \"colour\": 1}\n",
+            ),
+            "line 3",
+        ),
+        (
+            "not UTF-8",
+            file("b.jsonl", b"{\"id\": \"a\"}\n{\"id\": \"\xff\xfe\"}\n"),
+            "line 2: not UTF-8",
+        ),
+        ("empty file", file("e.jsonl", b"\n\n"), "no records"),
+        (
+            "a rule broken",
+            file(
+                "r.jsonl",
+                b"{\"id\": \"a\", \"n\": 1}\n{\"id\": \"b\", \"n\": -5}\n",
+            ),
+            "line 2",
+        ),
+        (
+            "corrupt Parquet",
+            file("c.parquet", b"PAR1 this is not parquet at all"),
+            "not a Parquet file",
+        ),
+        (
+            "corrupt Arrow",
+            file("c.arrow", b"ARROW1\0\0garbage"),
+            "not an Arrow IPC file",
+        ),
+    ];
+    for (what, path, says) in cases {
+        let (code, out, err) = cli(root, &["store", "add", "notes", &path], "");
+        assert_eq!(code, 2, "{what}: {out}{err}");
+        assert!(err.contains(says), "{what}: expected '{says}' in: {err}");
+        assert!(
+            err.contains("nothing added") || what == "empty file" || what.starts_with("corrupt"),
+            "{what}: {err}"
+        );
+        assert_eq!(count(root, "notes"), 0, "{what}: nothing is written");
+    }
+    // With batches of one record, the batches before the bad line stay and
+    // the message says how many.
+    let path = file(
+        "later.jsonl",
+        b"{\"id\": \"a\"}\n{\"id\": \"b\"}\n{\"id\": \"c\", \"n\": -1}\n{\"id\": \"d\"}\n",
+    );
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "notes", &path, "--batch-rows", "1"],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 3"), "{err}");
+    assert!(err.contains("2 record(s) added before this batch"), "{err}");
+    assert_eq!(count(root, "notes"), 2);
+}
+
+#[test]
+fn a_dry_run_checks_everything_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    notes_root(root);
+    let (code, out, err) = json(root, &["store", "add", "notes", "-", "--dry-run"], ROWS);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["dry_run"], true);
+    assert_eq!(out[0]["records"], 3);
+    assert_eq!(count(root, "notes"), 0);
+    // A dry run finds what the plugin would refuse.
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "notes", "-", "--dry-run"],
+        "{\"id\": \"a\", \"n\": -1}\n",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 1"), "{err}");
+    assert_eq!(count(root, "notes"), 0);
+    // A dry run claims no writer: the store's version is unchanged.
+    let versions = ok(root, &["store", "versions", "notes"]);
+    let (code, _, err) = cli(root, &["store", "add", "notes", "-", "--dry-run"], ROWS);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(ok(root, &["store", "versions", "notes"]), versions);
+}
+
+fn sorted_rows(root: &Path, store: &str) -> Vec<Value> {
+    ok(
+        root,
+        &[
+            "store",
+            "scan",
+            store,
+            "--order-by",
+            "id",
+            "--columns",
+            "id,n,tag,at,blob",
+        ],
+    )
+}
+
+#[test]
+fn export_then_import_round_trips_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = notes_root(root);
+    let mut rows = String::new();
+    for i in 0..2500 {
+        rows.push_str(&format!(
+            "{{\"id\": \"k{i:05}\", \"n\": {i}, \"tag\": \"t{}\", \"at\": \"2026-11-30T10:00:{:02}\", \"blob\": \"{:02x}\"}}\n",
+            i % 7,
+            i % 60,
+            i % 256
+        ));
+    }
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "notes", "-", "--batch-rows", "1000"],
+        &rows,
+    );
+    assert_eq!(code, 0, "{err}");
+    let original = sorted_rows(root, "notes");
+    assert_eq!(original.len(), 2500);
+    for (format, file) in [
+        ("jsonl", "out.jsonl"),
+        ("arrow", "out.arrow"),
+        ("parquet", "out.parquet"),
+    ] {
+        let path = root.join(file);
+        let path = path.to_str().unwrap();
+        let exported = ok(
+            root,
+            &["store", "export", "notes", "--format", format, "-o", path],
+        );
+        assert_eq!(exported[0]["records"], 2500, "{format}");
+        let copy = format!("copy_{format}");
+        ok(root, &["store", "create", &copy, "--spec", &spec]);
+        // By extension, no --format.
+        let added = ok(root, &["store", "add", &copy, path, "--batch-rows", "700"]);
+        assert_eq!(added[0]["records"], 2500, "{format}");
+        assert_eq!(added[0]["batches"], 4, "{format}");
+        assert_eq!(sorted_rows(root, &copy), original, "{format} round trip");
+    }
+    // Filtered export to stdout, as JSON Lines.
+    let (code, out, err) = cli(
+        root,
+        &["store", "export", "notes", "--filter", "n < 10"],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 10);
+    // An Arrow stream on stdin.
+    let (code, _, err) = cli(
+        root,
+        &[
+            "store", "export", "notes", "--format", "arrow", "-o", "s.arrows", "--filter", "n < 5",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    ok(root, &["store", "create", "from_stdin", "--spec", &spec]);
+    let stream = std::fs::read(root.join("s.arrows")).unwrap();
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "from_stdin", "-", "--format", "arrow"],
+        stream,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(count(root, "from_stdin"), 5);
+    // A Parquet file whose column is of another type is refused, naming it.
+    let other = root.join("other.parquet");
+    {
+        use arrow_array::{Float64Array, RecordBatch, StringArray};
+        use arrow_schema::{DataType, Field, Schema};
+        use std::sync::Arc;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("n", DataType::Float64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["z"])),
+                Arc::new(Float64Array::from(vec![1.5])),
+            ],
+        )
+        .unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(&other).unwrap(),
+            schema,
+            None,
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "from_stdin", other.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("column 'n'") && err.contains("rows 1–1"),
+        "{err}"
+    );
+    assert_eq!(count(root, "from_stdin"), 5);
+}
+
+#[test]
+fn time_travel_reads_an_earlier_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    notes_root(root);
+    let (code, _, err) = cli(root, &["store", "add", "notes", "-"], ROWS);
+    assert_eq!(code, 0, "{err}");
+    ok(root, &["store", "merge", "notes"]);
+    let before = ok(root, &["store", "versions", "notes"]);
+    let merged_version = before.last().unwrap()["version"].as_u64().unwrap();
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "notes", "-"],
+        "{\"id\": \"d\", \"n\": 4}\n{\"id\": \"a\", \"n\": 100}\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    ok(root, &["store", "merge", "notes"]);
+    assert_eq!(count(root, "notes"), 4);
+    let v = merged_version.to_string();
+    let old = ok(root, &["store", "count", "notes", "--as-of", &v]);
+    assert_eq!(old[0]["count"], 3);
+    let a = ok(root, &["store", "get", "notes", "a", "--as-of", &v]);
+    assert_eq!(a[0]["n"], 1, "the value as of that version");
+    let now = ok(root, &["store", "get", "notes", "a"]);
+    assert_eq!(now[0]["n"], 100);
+    let exported = ok(root, &["store", "export", "notes", "--as-of", &v]);
+    assert_eq!(exported.len(), 3);
+}
+
+#[test]
+fn the_demo_runs_twice_and_the_cli_reads_what_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let data = root.join("demo");
+    let data = data.to_str().unwrap();
+    let first = ok(root, &["demo", "--data", data, "--rollouts", "8"]);
+    let report = &first[0];
+    assert_eq!(report["run"], 1);
+    let steps: Vec<&str> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    for step in [
+        "stores",
+        "load",
+        "refused batch",
+        "merge",
+        "compact",
+        "vector index",
+        "point lookup",
+        "filtered scan",
+        "vector search",
+        "trajectory",
+        "item fold",
+        "user query",
+        "fresh reader",
+    ] {
+        assert!(steps.contains(&step), "{step} missing from {steps:?}");
+    }
+    assert_eq!(report["counts"]["rollouts"], 320);
+    let second = ok(root, &["demo", "--data", data, "--rollouts", "8"]);
+    assert_eq!(second[0]["run"], 2);
+    assert_eq!(second[0]["counts"]["rollouts"], 640);
+    assert_eq!(second[0]["counts"]["tickets"], 160);
+    // The stores it made are ordinary stores.
+    let listed = ok(root, &["store", "--root", data, "list"]);
+    assert_eq!(listed.len(), 4);
+    let near = ok(
+        root,
+        &[
+            "store",
+            "--root",
+            data,
+            "search",
+            "memories",
+            "--column",
+            "embedding",
+            "--vector",
+            &format!("[{}]", vec!["0.5"; 32].join(",")),
+            "--k",
+            "3",
+        ],
+    );
+    assert_eq!(near.len(), 3);
+    let (code, _, err) = cli(
+        root,
+        &[
+            "store",
+            "--root",
+            data,
+            "search",
+            "memories",
+            "--column",
+            "embedding",
+            "--vector",
+            "1,2",
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "a vector of the wrong length: {err}");
+    let built = ok(root, &["store", "--root", data, "index", "memories"]);
+    assert_eq!(built[0]["column"], "embedding");
+    let state = cli(
+        root,
+        &[
+            "store",
+            "--root",
+            data,
+            "query",
+            "events",
+            "item_state",
+            "--arg",
+            "item_id=r1-item-0",
+        ],
+        "",
+    );
+    assert_eq!(state.0, 0, "{}", state.2);
+    let state: Value = serde_json::from_str(state.1.trim()).unwrap();
+    assert!(state["item"]["status"].is_string(), "{state}");
+
+    // The dataset-level commands read the same data by URI.
+    let uri = format!("{data}/stores/tickets");
+    let n = ok(root, &["count", "--uri", &uri])[0]["count"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(n, 160);
+    let rows = ok(
+        root,
+        &["scan", "--uri", &uri, "--limit", "2", "--order-by", "id"],
+    );
+    assert_eq!(rows.len(), 2);
+    let id = rows[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(ok(root, &["get", "--uri", &uri, &id])[0]["id"], id.as_str());
+    let status = ok(root, &["status", "--uri", &uri]);
+    assert_eq!(status[0]["rows"], 160);
+    assert!(
+        ok(root, &["merge", "--uri", &uri])[0]
+            .get("passes")
+            .is_some()
+    );
+    assert!(
+        ok(root, &["compact", "--uri", &uri])[0]
+            .get("fragments_added")
+            .is_some()
+    );
+    let (code, plan, err) = cli(root, &["scan", "--uri", &uri, "--explain"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(!plan.trim().is_empty());
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = cli(dir.path(), &["completions", shell], "");
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("lance-context") && out.contains("store"),
+            "{shell}"
+        );
+    }
+}
+
+/// The host's one error kind: every typed error maps onto it, through any
+/// context added on the way; the exit codes and (later) HTTP statuses are
+/// one match on it.
+#[test]
+fn every_host_error_has_one_kind() {
+    use lance_context_host::{
+        ErrorKind, PipelineError, PluginError, QueryError, RegistryError, error_kind,
+    };
+    let kind = |e: anyhow::Error| {
+        let e: &(dyn std::error::Error + 'static) = e.as_ref();
+        error_kind(e)
+    };
+    let fault = PluginError::Timeout {
+        plugin: "p".into(),
+        deadline: std::time::Duration::from_secs(1),
+    };
+    assert_eq!(fault.kind(), ErrorKind::PluginFault);
+    let wrapped = anyhow::Error::new(PipelineError::Plugin(fault)).context("line 3");
+    assert_eq!(kind(wrapped), ErrorKind::PluginFault, "not invalid input");
+    let rejected = PluginError::Rejected {
+        plugin: "p".into(),
+        errors: vec![],
+        total: 1,
+    };
+    assert_eq!(rejected.kind(), ErrorKind::Rejected);
+    assert_eq!(
+        kind(RegistryError::Incomplete { name: "s".into() }.into()),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(
+        kind(
+            RegistryError::Store(lance_context_store::Error::Busy {
+                message: "full".into()
+            })
+            .into()
+        ),
+        ErrorKind::Busy
+    );
+    assert_eq!(
+        kind(RegistryError::NotFound { name: "s".into() }.into()),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        kind(QueryError::Arguments("x".into()).into()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        kind(
+            RegistryError::PluginTampered {
+                name: "s".into(),
+                path: "p".into(),
+                expected: "a".into(),
+                found: "b".into(),
+            }
+            .into()
+        ),
+        ErrorKind::Corrupt
+    );
+    assert_eq!(kind(anyhow::anyhow!("untyped")), ErrorKind::Internal);
+    assert_eq!(ErrorKind::PluginFault.as_str(), "plugin_fault");
+}
