@@ -737,3 +737,212 @@ fn every_host_error_has_one_kind() {
     assert_eq!(kind(anyhow::anyhow!("untyped")), ErrorKind::Internal);
     assert_eq!(ErrorKind::PluginFault.as_str(), "plugin_fault");
 }
+
+/// Findings of a review, each reproduced here: a copied root opens its own
+/// data; exports write through devices and symlinks and leave no partial
+/// file; Parquet as pyarrow writes it (list children named `element`)
+/// imports; `get --columns` names blob columns; a BOM is not a problem.
+#[test]
+fn review_findings_stay_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = notes_root(root);
+    let (code, _, err) = cli(root, &["store", "add", "notes", "-"], ROWS);
+    assert_eq!(code, 0, "{err}");
+
+    // A copy of the root is a separate set of stores.
+    let copy = root.join("copy");
+    let status = std::process::Command::new("cp")
+        .args([
+            "-r",
+            root.join("data").to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let copy = copy.to_str().unwrap();
+    let (code, _, err) = cli(
+        root,
+        &["store", "--root", copy, "add", "notes", "-"],
+        "{\"id\": \"only-in-copy\"}\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(count(root, "notes"), 3, "the original is untouched");
+    let described = ok(root, &["store", "--root", copy, "describe", "notes"]);
+    assert!(
+        described[0]["uri"].as_str().unwrap().starts_with(copy),
+        "{}",
+        described[0]
+    );
+    ok(root, &["store", "--root", copy, "drop", "notes", "--yes"]);
+    assert_eq!(
+        count(root, "notes"),
+        3,
+        "dropping the copy keeps the original"
+    );
+
+    // Export: a directory is refused before anything is written; a symlink
+    // is followed (the link kept); nothing partial is left.
+    let (code, _, err) = cli(root, &["store", "export", "notes", "-o", "."], "");
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = cli(
+        root,
+        &["store", "export", "notes", "-o", "no/such/dir/x.jsonl"],
+        "",
+    );
+    assert_eq!(code, 3, "{err}");
+    std::fs::write(root.join("real.jsonl"), "old").unwrap();
+    std::os::unix::fs::symlink(root.join("real.jsonl"), root.join("link.jsonl")).unwrap();
+    ok(root, &["store", "export", "notes", "-o", "link.jsonl"]);
+    assert!(
+        std::fs::symlink_metadata(root.join("link.jsonl"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("real.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        3
+    );
+    // A device is written through, not replaced.
+    ok(root, &["store", "export", "notes", "-o", "/dev/null"]);
+    assert!(!std::fs::metadata("/dev/null").unwrap().is_file());
+    let leftovers: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // Parquet with a list column whose child is named `element`.
+    let tagged = r#"{"name": "tagged", "key": "id", "columns": [
+        {"name": "id", "type": "Utf8", "nullable": false},
+        {"name": "tags", "type": "List(Utf8)"},
+        {"name": "v", "type": "FixedSizeList(2 x Float32)"}]}"#;
+    std::fs::write(root.join("tagged.json"), tagged).unwrap();
+    ok(
+        root,
+        &["store", "create", "tagged", "--spec", "tagged.json"],
+    );
+    {
+        use arrow_array::builder::{
+            FixedSizeListBuilder, Float32Builder, ListBuilder, StringBuilder,
+        };
+        use arrow_array::{RecordBatch, StringArray};
+        use std::sync::Arc;
+        let mut tags = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(
+            arrow_schema::Field::new("element", arrow_schema::DataType::Utf8, true),
+        ));
+        tags.values().append_value("a");
+        tags.append(true);
+        let mut v = FixedSizeListBuilder::new(Float32Builder::new(), 2).with_field(Arc::new(
+            arrow_schema::Field::new("element", arrow_schema::DataType::Float32, true),
+        ));
+        v.values().append_value(1.0);
+        v.values().append_value(2.0);
+        v.append(true);
+        let batch = RecordBatch::try_from_iter(vec![
+            (
+                "id",
+                Arc::new(StringArray::from(vec!["p1"])) as arrow_array::ArrayRef,
+            ),
+            ("tags", Arc::new(tags.finish()) as arrow_array::ArrayRef),
+            ("v", Arc::new(v.finish()) as arrow_array::ArrayRef),
+        ])
+        .unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(root.join("pyarrow-style.parquet")).unwrap(),
+            batch.schema(),
+            None,
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let added = ok(root, &["store", "add", "tagged", "pyarrow-style.parquet"]);
+    assert_eq!(added[0]["records"], 1);
+    let row = ok(root, &["store", "get", "tagged", "p1"]);
+    assert_eq!(row[0]["tags"], serde_json::json!(["a"]));
+
+    // get --columns names a blob column; the key is always there.
+    let blob = r#"{"name": "blobs", "key": "id", "blob_columns": ["b"], "columns": [
+        {"name": "id", "type": "Utf8", "nullable": false},
+        {"name": "b", "type": "LargeBinary"}]}"#;
+    std::fs::write(root.join("blobs.json"), blob).unwrap();
+    ok(root, &["store", "create", "blobs", "--spec", "blobs.json"]);
+    // A byte-order mark before the first record is not a problem.
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "blobs", "-"],
+        "\u{feff}{\"id\": \"x\", \"b\": \"beef\"}\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        ok(root, &["store", "get", "blobs", "x"])[0]
+            .get("b")
+            .is_none()
+    );
+    let with_blob = ok(root, &["store", "get", "blobs", "x", "--columns", "b"]);
+    assert_eq!(with_blob[0]["b"], "beef");
+    assert_eq!(with_blob[0]["id"], "x");
+    let _ = spec;
+}
+
+/// The plugin's row errors: one line per problem on stderr (or, with
+/// --json, in the error's details), the records counted once each, lines
+/// named in the input's numbering.
+#[test]
+fn rejected_records_are_named_by_line_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = root.join("strict.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "strict", "key": "id", "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "n", "type": "Int32", "rules": {"min": 0, "max": 5}},
+            {"name": "s", "type": "Utf8", "rules": {"one_of": ["a"]}}]}"#,
+    )
+    .unwrap();
+    ok(
+        root,
+        &[
+            "store",
+            "create",
+            "strict",
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+    );
+    let mut input = String::new();
+    for i in 0..30 {
+        input.push_str(&format!("{{\"id\": \"k{i}\", \"n\": 1}}\n"));
+    }
+    input.push_str("{\"id\": \"bad\", \"n\": 9, \"s\": \"z\"}\n");
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "strict", "-", "--batch-rows", "20"],
+        &input,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("rejected: line 31, column 'n'"), "{err}");
+    assert!(err.contains("rejected: line 31, column 's'"), "{err}");
+    assert!(
+        err.contains("rejected 1 record(s) of the batch from line 21"),
+        "{err}"
+    );
+    assert!(!err.contains("row 10"), "no batch-relative rows: {err}");
+    let (code, _, err) = json(
+        root,
+        &["store", "add", "strict", "-", "--batch-rows", "20"],
+        &input,
+    );
+    assert_eq!(code, 2);
+    let e: Value = serde_json::from_str(err.trim()).expect("one JSON object on stderr");
+    assert_eq!(e["error"]["kind"], "rejected");
+    assert_eq!(e["error"]["details"]["row_errors"][0]["at"], "line 31");
+}

@@ -196,6 +196,9 @@ fn known_kind(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     if let Some(e) = e.downcast_ref::<PluginError>() {
         return Some(e.kind());
     }
+    if let Some(e) = e.downcast_ref::<crate::ServerError>() {
+        return Some(e.kind());
+    }
     if let Some(e) = e.downcast_ref::<lance_context_store::Error>() {
         return Some(e.kind().into());
     }

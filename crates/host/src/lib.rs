@@ -20,11 +20,12 @@ mod pipeline;
 mod plugin;
 mod query;
 mod registry;
+mod server;
 
 pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;
 pub use named::{NamedStore, QueryFailure};
-pub use pipeline::{PipelineError, input_schema, prepare, rows_from_json, to_input};
+pub use pipeline::{PipelineError, conform, input_schema, prepare, rows_from_json, to_input};
 pub use plugin::{
     ABI_VERSION, CacheStats, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits,
     PluginRuntime, RowError, Violation, default_cache_dir,
@@ -34,6 +35,7 @@ pub use registry::{
     BUILTIN_PLUGINS, CreateOptions, DropReport, EntryState, PluginPin, RESERVED_NAMES, Registry,
     RegistryError, SchemaSource, StoreEntry, check_name, store_config,
 };
+pub use server::{Role, Server, ServerConfig, ServerError, Token, TokensFile};
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the
 /// built-in schemas, and the fixtures the tests load).
@@ -44,6 +46,49 @@ pub const BUILT_PLUGINS_DIR: &str = env!("LANCE_CONTEXT_PLUGINS_DIR");
 pub fn built_plugin(name: &str) -> std::path::PathBuf {
     std::path::Path::new(BUILT_PLUGINS_DIR)
         .join(format!("lance_context_{}.wasm", name.replace('-', "_")))
+}
+
+/// The components of the built-in plugins, compiled into the host: the
+/// binary needs no file of the build tree at run time.
+const EMBEDDED_PLUGINS: &[(&str, &[u8])] = &[
+    (
+        "rollout",
+        include_bytes!(concat!(
+            env!("LANCE_CONTEXT_PLUGINS_DIR"),
+            "/lance_context_rollout.wasm"
+        )),
+    ),
+    (
+        "context",
+        include_bytes!(concat!(
+            env!("LANCE_CONTEXT_PLUGINS_DIR"),
+            "/lance_context_context.wasm"
+        )),
+    ),
+    (
+        "datagen",
+        include_bytes!(concat!(
+            env!("LANCE_CONTEXT_PLUGINS_DIR"),
+            "/lance_context_datagen.wasm"
+        )),
+    ),
+    (
+        "spec-plugin",
+        include_bytes!(concat!(
+            env!("LANCE_CONTEXT_PLUGINS_DIR"),
+            "/lance_context_spec_plugin.wasm"
+        )),
+    ),
+];
+
+/// The component of a built-in plugin (`rollout`, `context`, `datagen`, or
+/// `spec-plugin`, the generic plugin of declarative specs), as compiled into
+/// the host.
+pub fn builtin_plugin_bytes(name: &str) -> Option<&'static [u8]> {
+    EMBEDDED_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, bytes)| *bytes)
 }
 
 /// Hex sha256 of plugin bytes: how a plugin is identified and pinned.

@@ -191,6 +191,108 @@ pub fn to_input(plugin: &LoadedPlugin, batch: &RecordBatch) -> Result<RecordBatc
     .map_err(|e| invalid(None, None, format!("building the input batch: {e}")))
 }
 
+/// Match a batch from a typed source (Arrow IPC, Parquet) to the plugin's
+/// input schema by column name: an unknown column is refused; a column of
+/// another type is converted only within its family when nothing can be
+/// lost (a string to a large string, an integer to a wider one, a dictionary
+/// to its values, a timestamp of the same unit with no zone or UTC, a list
+/// to a fixed-size list of the declared length); anything else is refused,
+/// naming the column. JSON goes through [`rows_from_json`] instead.
+pub fn conform(plugin: &LoadedPlugin, batch: &RecordBatch) -> Result<RecordBatch, PipelineError> {
+    let schema = input_schema(plugin);
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let Ok(target) = schema.field_with_name(field.name()) else {
+            return Err(invalid(
+                Some(field.name().clone()),
+                None,
+                format!(
+                    "unknown column '{}' (the schema's columns: {})",
+                    field.name(),
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        let column = if target.data_type() == column.data_type() {
+            column.clone()
+        } else if target.data_type().equals_datatype(column.data_type())
+            || lossless(column.data_type(), target.data_type())
+        {
+            // (Equal up to names: a list's child is `element` in files
+            // written by pyarrow, `item` here.)
+            let options = arrow_cast::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            arrow_cast::cast_with_options(column, target.data_type(), &options).map_err(|e| {
+                invalid(
+                    Some(field.name().clone()),
+                    None,
+                    format!(
+                        "column '{}': cannot convert {} to {}: {e}",
+                        field.name(),
+                        field.data_type(),
+                        target.data_type()
+                    ),
+                )
+            })?
+        } else {
+            return Err(invalid(
+                Some(field.name().clone()),
+                None,
+                format!(
+                    "column '{}' has type {}, the schema declares {}",
+                    field.name(),
+                    field.data_type(),
+                    target.data_type()
+                ),
+            ));
+        };
+        fields.push(target.as_ref().clone().with_nullable(true));
+        columns.push(column);
+    }
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(|e| invalid(None, None, format!("building the input batch: {e}")))
+}
+
+/// Conversions that keep every value as it is.
+fn lossless(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let utc = |tz: &Option<Arc<str>>| {
+        tz.as_deref()
+            .is_none_or(|z| matches!(z, "UTC" | "+00:00" | "Z"))
+    };
+    match (from, to) {
+        (Dictionary(_, value), to) => value.as_ref() == to || lossless(value, to),
+        (_, Dictionary(_, value)) => from == value.as_ref() || lossless(from, value),
+        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
+        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
+        (Int8, Int16 | Int32 | Int64) | (Int16, Int32 | Int64) | (Int32, Int64) => true,
+        (UInt8, Int16 | Int32 | Int64 | UInt16 | UInt32 | UInt64)
+        | (UInt16, Int32 | Int64 | UInt32 | UInt64)
+        | (UInt32, Int64 | UInt64) => true,
+        (Float16, Float32 | Float64) | (Float32, Float64) => true,
+        (Timestamp(a, ta), Timestamp(b, tb)) => a == b && (ta == tb || (utc(ta) && utc(tb))),
+        (List(a), List(b) | LargeList(b)) | (LargeList(a), LargeList(b)) => {
+            a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
+        }
+        (List(a) | LargeList(a), FixedSizeList(b, _)) => {
+            a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
+        }
+        _ => false,
+    }
+}
+
 /// The plugin's part of every write: match the batch to the input schema
 /// ([`to_input`]), then the plugin's `validate` and `transform` in one
 /// boundary crossing ([`LoadedPlugin::prepare`]). The result is what the

@@ -528,8 +528,11 @@ impl Registry {
                         name: plugin.clone(),
                     });
                 }
-                let path = crate::built_plugin(plugin);
-                let bytes = std::fs::read(&path).map_err(io(&path))?;
+                let bytes = crate::builtin_plugin_bytes(plugin)
+                    .ok_or_else(|| RegistryError::UnknownPlugin {
+                        name: plugin.clone(),
+                    })?
+                    .to_vec();
                 (
                     bytes,
                     options.params.clone(),
@@ -557,8 +560,11 @@ impl Registry {
                     }
                     .into());
                 }
-                let path = crate::built_plugin("spec-plugin");
-                let bytes = std::fs::read(&path).map_err(io(&path))?;
+                let bytes = crate::builtin_plugin_bytes("spec-plugin")
+                    .ok_or_else(|| RegistryError::UnknownPlugin {
+                        name: "spec-plugin".into(),
+                    })?
+                    .to_vec();
                 (
                     bytes,
                     vec![("spec".to_string(), spec.to_json())],
@@ -624,7 +630,7 @@ impl Registry {
             .open(&path);
         match claim {
             Ok(mut file) => {
-                let json = serde_json::to_vec_pretty(&entry).expect("an entry serializes");
+                let json = self.stored_form(&entry);
                 file.write_all(&json)
                     .and_then(|()| file.sync_all())
                     .map_err(io(&path))?;
@@ -656,10 +662,7 @@ impl Registry {
         match created {
             Ok(store) => {
                 entry.state = EntryState::Ready;
-                write_atomic(
-                    &path,
-                    &serde_json::to_vec_pretty(&entry).expect("an entry serializes"),
-                )?;
+                write_atomic(&path, &self.stored_form(&entry))?;
                 Ok(NamedStore::new(entry, plugin, store))
             }
             Err(e) => {
@@ -721,7 +724,24 @@ impl Registry {
                 message: format!("the entry names store '{}'", entry.name),
             });
         }
+        let mut entry = entry;
+        // A store in the root's own `stores/` is recorded relative to the
+        // root: a copied or moved root opens its own copy of the data.
+        if !entry.uri.contains("://") && Path::new(&entry.uri).is_relative() {
+            entry.uri = self.root.join(&entry.uri).to_string_lossy().into_owned();
+        }
         Ok(entry)
+    }
+
+    /// An entry as written to disk: the default location (`ROOT/stores/NAME`)
+    /// recorded relative to the root.
+    fn stored_form(&self, entry: &StoreEntry) -> Vec<u8> {
+        let mut stored = entry.clone();
+        let default = self.root.join("stores").join(&entry.name);
+        if Path::new(&entry.uri) == default {
+            stored.uri = format!("stores/{}", entry.name);
+        }
+        serde_json::to_vec_pretty(&stored).expect("an entry serializes")
     }
 
     /// Every entry, by name.

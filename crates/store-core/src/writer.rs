@@ -47,6 +47,9 @@ pub struct AddOutcome {
     pub rows: usize,
 }
 
+/// Attempts to claim a shard when opening a writer (see [`Writer::open`]).
+const CLAIM_ATTEMPTS: u32 = 4;
+
 pub(crate) struct Writer {
     shard: Uuid,
     settings: WriterSettings,
@@ -102,10 +105,32 @@ impl Writer {
                 "writer.max_memtable_rows must be greater than zero",
             ));
         }
-        let writer = dataset
-            .mem_wal_writer(shard, lance_config(shard, &settings))
-            .await
-            .map_err(|e| Error::from_lance("opening the shard writer", Some(shard), e))?;
+        // Claiming the shard is a conditional write of its manifest; two
+        // openers racing for one shard both read the same epoch and one
+        // loses. Lance reports that as an I/O error, so a failed claim is
+        // tried again (a new epoch each time): the opener that comes last
+        // owns the shard, the policy everywhere else (see the module docs).
+        let mut attempt = 0;
+        let writer = loop {
+            attempt += 1;
+            match dataset
+                .mem_wal_writer(shard, lance_config(shard, &settings))
+                .await
+            {
+                Ok(writer) => break writer,
+                Err(e) if attempt < CLAIM_ATTEMPTS && e.fence_reason().is_none() => {
+                    tracing::debug!(%shard, attempt, error = %e, "claiming the shard failed; trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
+                }
+                Err(e) => {
+                    return Err(Error::from_lance(
+                        "opening the shard writer",
+                        Some(shard),
+                        e,
+                    ));
+                }
+            }
+        };
         let this = Self {
             shard,
             settings,

@@ -23,9 +23,42 @@ pub fn code(kind: ErrorKind) -> u8 {
     }
 }
 
+/// A refusal the command words itself (e.g. the plugin's row errors of a
+/// batch, already listed by line), with its kind and structured details.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Refused {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub details: serde_json::Value,
+}
+
 /// The kind of a command's error (see [`error_kind`]; context added on the
 /// way keeps the kind of the error it wraps).
 pub fn kind(err: &anyhow::Error) -> ErrorKind {
+    if let Some(refused) = err.chain().find_map(|e| e.downcast_ref::<Refused>()) {
+        return refused.kind;
+    }
     let err: &(dyn std::error::Error + 'static) = err.as_ref();
     error_kind(err)
+}
+
+/// The structured details of a refusal, if the error carries them.
+pub fn details(err: &anyhow::Error) -> serde_json::Value {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<Refused>())
+        .map(|r| r.details.clone())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Text for a terminal: control characters (escape sequences a typed key or
+/// a filter may carry) shown escaped.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '\n' | '\t' => vec![c],
+            c if c.is_control() => c.escape_default().collect(),
+            c => vec![c],
+        })
+        .collect()
 }

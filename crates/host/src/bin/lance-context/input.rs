@@ -7,12 +7,11 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
-use lance_context_host::{LoadedPlugin, PipelineError, input_schema, rows_from_json};
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
+use lance_context_host::{LoadedPlugin, PipelineError, conform, rows_from_json};
 
 use crate::args::usage;
 
@@ -196,9 +195,13 @@ impl Input {
                     }
                     *line += 1;
                     self.progress += n as u64;
-                    let Ok(s) = std::str::from_utf8(&buf) else {
+                    let Ok(mut s) = std::str::from_utf8(&buf) else {
                         return Err(usage(format!("line {line}: not UTF-8 text")));
                     };
+                    if *line == 1 {
+                        // A byte-order mark some editors write.
+                        s = s.strip_prefix('\u{feff}').unwrap_or(s);
+                    }
                     if s.trim().is_empty() {
                         continue;
                     }
@@ -261,8 +264,9 @@ impl Input {
                 let first = *next_row + 1;
                 *next_row += take;
                 self.progress += take as u64;
-                let batch = conform(&input_schema(plugin), &chunk)
-                    .map_err(|e| e.context(format!("rows {first}–{}", first + take - 1)))?;
+                let batch = conform(plugin, &chunk).map_err(|e| {
+                    anyhow::Error::new(e).context(format!("rows {first}–{}", first + take - 1))
+                })?;
                 Ok(Some(Chunk {
                     batch,
                     positions: Positions::Rows { first },
@@ -284,81 +288,4 @@ fn batches_source(batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowErro
 
 fn not_format(path: &Path, what: &str, e: ArrowError) -> anyhow::Error {
     usage(format!("{} is not {what}: {e}", path.display()))
-}
-
-/// Match an Arrow or Parquet batch to the input schema by column name: an
-/// unknown column is refused; a column of another type is converted only
-/// within its family when nothing can be lost (a string to a large string,
-/// an integer to a wider one, a dictionary to its values, a timestamp of the
-/// same unit); anything else is refused, naming the column.
-fn conform(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
-    let mut fields = Vec::new();
-    let mut columns: Vec<ArrayRef> = Vec::new();
-    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        let Ok(target) = schema.field_with_name(field.name()) else {
-            return Err(usage(format!(
-                "unknown column '{}' (the schema's columns: {})",
-                field.name(),
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        };
-        let column = if target.data_type().equals_datatype(field.data_type()) {
-            column.clone()
-        } else if lossless(field.data_type(), target.data_type()) {
-            let options = arrow_cast::CastOptions {
-                safe: false,
-                ..Default::default()
-            };
-            arrow_cast::cast_with_options(column, target.data_type(), &options).map_err(|e| {
-                usage(format!(
-                    "column '{}': cannot convert {} to {}: {e}",
-                    field.name(),
-                    field.data_type(),
-                    target.data_type()
-                ))
-            })?
-        } else {
-            return Err(usage(format!(
-                "column '{}' has type {}, the schema declares {}",
-                field.name(),
-                field.data_type(),
-                target.data_type()
-            )));
-        };
-        fields.push(target.clone().with_nullable(true));
-        columns.push(column);
-    }
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
-        columns,
-    )?)
-}
-
-/// Conversions that keep every value as it is.
-fn lossless(from: &DataType, to: &DataType) -> bool {
-    use DataType::*;
-    match (from, to) {
-        (Dictionary(_, value), to) => value.as_ref() == to || lossless(value, to),
-        (_, Dictionary(_, value)) => lossless(from, value) || from == value.as_ref(),
-        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
-        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => true,
-        (Int8, Int16 | Int32 | Int64) | (Int16, Int32 | Int64) | (Int32, Int64) => true,
-        (UInt8, Int16 | Int32 | Int64 | UInt16 | UInt32 | UInt64)
-        | (UInt16, Int32 | Int64 | UInt32 | UInt64)
-        | (UInt32, Int64 | UInt64) => true,
-        (Float16, Float32 | Float64) | (Float32, Float64) => true,
-        (Timestamp(a, _), Timestamp(b, _)) => a == b,
-        (List(a), List(b) | LargeList(b)) | (LargeList(a), LargeList(b)) => {
-            a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
-        }
-        (List(a) | LargeList(a), FixedSizeList(b, _)) => {
-            a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
-        }
-        _ => false,
-    }
 }

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use commands::{bench, bench_plugins, dataset, demo, plugin, store, torture};
+use commands::{bench, bench_plugins, dataset, demo, plugin, serve, store, torture};
 use output::Out;
 
 #[derive(Parser, Debug)]
@@ -52,6 +52,8 @@ enum Command {
         #[command(subcommand)]
         command: plugin::PluginCommand,
     },
+    /// The REST/JSON server over a data root's stores (docs/server.md).
+    Serve(serve::ServeCommand),
     #[command(flatten)]
     Dataset(dataset::DatasetCommand),
     /// Benchmark adds, merge and point lookups (key index vs full scan).
@@ -70,6 +72,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     let out = Out::new(cli.json);
     // Lance's futures are deep; 8 MiB per worker as for the main thread.
@@ -89,20 +92,35 @@ fn main() -> ExitCode {
         Err(err) => {
             let kind = exit::kind(&err);
             let code = exit::code(kind);
-            if out.json {
-                eprintln!(
-                    "{}",
-                    serde_json::json!({"error": {
-                        "kind": kind.as_str(),
-                        "message": format!("{err:#}"),
-                        "exit_code": code,
-                    }})
-                );
+            if out.json_errors {
+                let mut error = serde_json::json!({
+                    "kind": kind.as_str(),
+                    "message": format!("{err:#}"),
+                    "exit_code": code,
+                });
+                let details = exit::details(&err);
+                if !details.is_null() {
+                    error["details"] = details;
+                }
+                eprintln!("{}", serde_json::json!({ "error": error }));
             } else {
-                eprintln!("error: {err:#}");
+                eprintln!("error: {}", exit::printable(&format!("{err:#}")));
             }
             ExitCode::from(code)
         }
+    }
+}
+
+/// Die quietly of SIGPIPE, as command-line tools do, when the reader of
+/// stdout goes away (`lance-context store scan … | head`): Rust ignores
+/// SIGPIPE, which turns every later print into a panic or an error.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    // SAFETY: setting a signal's disposition to its default, before any
+    // thread is started; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -111,6 +129,7 @@ async fn run(command: Command, out: Out) -> Result<()> {
         Command::Demo(c) => demo::run(c, out).await,
         Command::Store(args) => store::run(args, out).await,
         Command::Plugin { command } => command.execute(out),
+        Command::Serve(c) => c.execute().await,
         Command::Dataset(c) => c.execute(out).await,
         Command::Bench(args) => bench::run(args).await,
         Command::BenchPlugins(args) => bench_plugins::run(args).await,

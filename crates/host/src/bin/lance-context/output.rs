@@ -22,6 +22,9 @@ const CELL_CHARS: usize = 60;
 pub struct Out {
     /// JSON Lines instead of tables and sentences.
     pub json: bool,
+    /// `--json` was given: errors are JSON on stderr too (piped output
+    /// alone keeps errors readable).
+    pub json_errors: bool,
 }
 
 impl Out {
@@ -29,6 +32,7 @@ impl Out {
     pub fn new(json: bool) -> Self {
         Self {
             json: json || !std::io::stdout().is_terminal(),
+            json_errors: json,
         }
     }
 
@@ -41,7 +45,14 @@ impl Out {
             println!("(no rows)");
             return Ok(());
         }
-        println!("{}", record_table(batch)?);
+        // Wide records (more columns than fit side by side) print one
+        // block per record, a line per column.
+        let width = terminal_width().unwrap_or(120);
+        if batch.num_columns() * 14 > width {
+            print!("{}", record_blocks(batch)?);
+        } else {
+            println!("{}", record_table(batch)?);
+        }
         println!("({} row(s))", batch.num_rows());
         Ok(())
     }
@@ -166,6 +177,35 @@ fn record_table(batch: &RecordBatch) -> Result<Table> {
         table.add_row(cells);
     }
     Ok(table)
+}
+
+fn terminal_width() -> Option<usize> {
+    Table::new().width().map(usize::from).filter(|w| *w >= 40)
+}
+
+/// Records as blocks: `column  value` lines, a rule between records.
+fn record_blocks(batch: &RecordBatch) -> Result<String> {
+    let options = FormatOptions::default().with_null("null");
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let schema = batch.schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let pad = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    let mut text = String::new();
+    for row in 0..batch.num_rows() {
+        text.push_str(&format!("── record {} ──\n", row + 1));
+        for (name, formatter) in names.iter().zip(&formatters) {
+            let value = formatter.value(row).to_string();
+            if value == "null" {
+                continue;
+            }
+            text.push_str(&format!("{name:<pad$}  {}\n", cut(&value)));
+        }
+    }
+    Ok(text)
 }
 
 /// One line, control characters (terminal escapes) shown escaped, cut to

@@ -126,6 +126,13 @@ impl Rng {
 }
 
 pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
+    crate::args::ensure_usage(c.rollouts >= 4, || {
+        "--rollouts must be at least 4 (the vector index trains on the memories: 25 per rollout)"
+            .into()
+    })?;
+    crate::args::ensure_usage(c.batch_rows >= 1, || {
+        "--batch-rows must be at least 1".into()
+    })?;
     let total = Instant::now();
     std::fs::create_dir_all(&c.data).with_context(|| format!("creating {}", c.data.display()))?;
     let runtime = Arc::new(PluginRuntime::new(

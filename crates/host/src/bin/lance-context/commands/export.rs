@@ -1,7 +1,7 @@
 //! `store export`: records out, streamed batch by batch, in a format
 //! `store add` reads back.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +15,7 @@ use lance_context_host::{NamedStore, input_schema};
 use lance_context_store::ScanRequest;
 use serde::Serialize;
 
-use crate::args::AsOf;
+use crate::args::{AsOf, usage};
 use crate::input::Format;
 use crate::output::Out;
 
@@ -82,6 +82,54 @@ impl Sink {
     }
 }
 
+/// Where an export writes.
+enum Target {
+    Stdout,
+    /// A device or fifo (e.g. /dev/stdout): written through, never replaced.
+    Direct(PathBuf),
+    /// A regular file (new or replaced): written beside it under a
+    /// temporary name, renamed over it when complete. A symlink is followed:
+    /// the file it points to is replaced, the link kept.
+    Atomic {
+        temp: PathBuf,
+        path: PathBuf,
+    },
+}
+
+impl Target {
+    fn of(output: Option<&PathBuf>) -> Result<Self> {
+        let Some(path) = output.filter(|p| p.as_os_str() != "-") else {
+            return Ok(Self::Stdout);
+        };
+        if path.as_os_str().to_string_lossy().ends_with('/') || path.is_dir() {
+            return Err(usage(format!(
+                "{} is a directory: give a file name",
+                path.display()
+            )));
+        }
+        match std::fs::metadata(path) {
+            Ok(meta) if !meta.is_file() => Ok(Self::Direct(path.clone())),
+            Ok(_) => {
+                let real = std::fs::canonicalize(path)
+                    .with_context(|| format!("resolving {}", path.display()))?;
+                Ok(Self::atomic(real))
+            }
+            Err(_) => Ok(Self::atomic(path.clone())),
+        }
+    }
+
+    fn atomic(path: PathBuf) -> Self {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "export".into());
+        Self::Atomic {
+            temp: path.with_file_name(format!(".{name}.partial")),
+            path,
+        }
+    }
+}
+
 pub async fn run(named: &NamedStore, c: ExportCommand, out: Out) -> Result<()> {
     let to_stdout = c.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
     let format = Format::pick(c.format, c.output.as_deref().filter(|_| !to_stdout));
@@ -105,20 +153,27 @@ pub async fn run(named: &NamedStore, c: ExportCommand, out: Out) -> Result<()> {
             .filter_map(|name| declared.field_with_name(name).ok().cloned())
             .collect::<Vec<_>>(),
     ));
-    let (target, temp): (Box<dyn Write + Send>, Option<(PathBuf, PathBuf)>) = if to_stdout {
-        (Box::new(std::io::stdout()), None)
-    } else {
-        let path = c.output.clone().unwrap_or_default();
-        let temp = path.with_file_name(format!(
-            ".{}.partial",
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("export")
-        ));
-        let file =
-            std::fs::File::create(&temp).with_context(|| format!("creating {}", temp.display()))?;
-        (Box::new(file), Some((temp, path)))
-    };
+    if to_stdout && format != Format::Jsonl && std::io::stdout().is_terminal() {
+        return Err(usage(format!(
+            "refusing to write {format:?} (binary) to a terminal: give -o FILE or redirect stdout"
+        )));
+    }
+    let (target, temp): (Box<dyn Write + Send>, Option<(PathBuf, PathBuf)>) =
+        match Target::of(c.output.as_ref())? {
+            Target::Stdout => (Box::new(std::io::stdout()), None),
+            Target::Direct(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                (Box::new(file), None)
+            }
+            Target::Atomic { temp, path } => {
+                let file = std::fs::File::create(&temp)
+                    .with_context(|| format!("creating {}", temp.display()))?;
+                (Box::new(file), Some((temp, path)))
+            }
+        };
     let writer: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, target));
     let mut first: Option<RecordBatch> = None;
     let started = Instant::now();
@@ -169,11 +224,20 @@ pub async fn run(named: &NamedStore, c: ExportCommand, out: Out) -> Result<()> {
     };
     let output = match &temp {
         Some((temp, path)) => {
-            std::fs::rename(temp, path)
-                .with_context(|| format!("renaming {} to {}", temp.display(), path.display()))?;
+            if let Err(e) = std::fs::rename(temp, path) {
+                let _ = std::fs::remove_file(temp);
+                return Err(anyhow::Error::new(e).context(format!(
+                    "renaming {} to {}",
+                    temp.display(),
+                    path.display()
+                )));
+            }
             path.display().to_string()
         }
-        None => "-".to_string(),
+        None => c
+            .output
+            .as_ref()
+            .map_or("-".to_string(), |p| p.display().to_string()),
     };
     let exported = Exported {
         store: named.name().to_string(),

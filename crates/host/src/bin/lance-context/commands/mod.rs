@@ -8,5 +8,6 @@ pub mod demo;
 pub mod export;
 pub mod plugin;
 pub mod report;
+pub mod serve;
 pub mod store;
 pub mod torture;

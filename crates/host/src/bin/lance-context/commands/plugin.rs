@@ -79,8 +79,12 @@ struct Column {
 fn plugin_bytes(plugin: &str) -> Result<(String, Vec<u8>)> {
     let path = if plugin.ends_with(".wasm") || plugin.contains('/') {
         PathBuf::from(plugin)
-    } else if BUILTIN_PLUGINS.contains(&plugin) {
-        lance_context_host::built_plugin(plugin)
+    } else if let Some(bytes) = BUILTIN_PLUGINS
+        .contains(&plugin)
+        .then(|| lance_context_host::builtin_plugin_bytes(plugin))
+        .flatten()
+    {
+        return Ok((plugin.to_string(), bytes.to_vec()));
     } else {
         return Err(usage(format!(
             "'{plugin}' is neither a built-in plugin ({}) nor a .wasm file",

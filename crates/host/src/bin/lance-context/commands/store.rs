@@ -55,11 +55,14 @@ enum StoreCommand {
     /// when reported); a batch with a bad record is refused whole, and the
     /// command stops there.
     Add(AddCommand),
-    /// Print records by key.
+    /// Print records by key (blob columns left out unless named).
     Get {
         name: String,
         #[arg(required = true)]
         ids: Vec<String>,
+        /// Comma-separated columns (default: all but blob columns).
+        #[arg(long, value_delimiter = ',')]
+        columns: Option<Vec<String>>,
         #[command(flatten)]
         as_of: AsOf,
     },
@@ -403,10 +406,19 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 "",
             )
         }
-        StoreCommand::Get { name, ids, as_of } => {
+        StoreCommand::Get {
+            name,
+            ids,
+            columns,
+            as_of,
+        } => {
             let named = read(name, as_of).await?;
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let projection = default_projection(&named.entry().spec);
+            let mut projection = columns.unwrap_or_else(|| default_projection(&named.entry().spec));
+            // The key is always there: it says which records were found.
+            if !projection.contains(&named.entry().spec.key) {
+                projection.insert(0, named.entry().spec.key.clone());
+            }
             let found = named.lookup(&ids, Some(&projection)).await?;
             report::found(&out, &found, &named.entry().spec.key, &ids)
         }
@@ -425,6 +437,10 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             out.item(&serde_json::json!({ "count": count }), || count.to_string())
         }
         StoreCommand::Search(c) => {
+            ensure_usage(c.k >= 1, || "--k must be at least 1".into())?;
+            ensure_usage(c.nprobes != Some(0), || {
+                "--nprobes must be at least 1".into()
+            })?;
             let named = read(c.name.clone(), AsOf::default()).await?;
             let vector = parse_vector(&c.vector)?;
             let mut query = VectorQuery::new(&c.column, vector, c.k);
@@ -571,7 +587,7 @@ async fn add(
         .await?;
     let bar = out.bar(input.total, &format!("adding to {}", c.name));
     let started = Instant::now();
-    let result = add_chunks(&named, &mut input, c.dry_run, &bar).await;
+    let result = add_chunks(&named, &mut input, c.dry_run, out.json_errors, &bar).await;
     bar.finish_and_clear();
     if !c.dry_run {
         named.close().await?;
@@ -611,6 +627,7 @@ async fn add_chunks(
     named: &NamedStore,
     input: &mut Input,
     dry_run: bool,
+    json_errors: bool,
     bar: &indicatif::ProgressBar,
 ) -> Result<(usize, usize)> {
     let (mut added, mut batches) = (0usize, 0usize);
@@ -645,26 +662,69 @@ async fn add_chunks(
             }
             Err(PipelineError::Plugin(e)) if e.row_errors().is_some() => {
                 let errors = e.row_errors().unwrap_or_default();
-                bar.suspend(|| {
-                    for r in errors {
-                        let at = chunk.positions.name(r.row as usize);
-                        match &r.column {
-                            Some(c) => eprintln!(
-                                "rejected: {at}, column '{c}': {} ({})",
-                                r.message, r.code
-                            ),
-                            None => eprintln!("rejected: {at}: {} ({})", r.message, r.code),
+                let listed: Vec<serde_json::Value> = errors
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "at": chunk.positions.name(r.row as usize),
+                            "column": r.column,
+                            "code": r.code,
+                            "message": r.message,
+                        })
+                    })
+                    .collect();
+                if !json_errors {
+                    bar.suspend(|| {
+                        for r in &listed {
+                            let at = r["at"].as_str().unwrap_or_default();
+                            let message = r["message"].as_str().unwrap_or_default();
+                            let code = r["code"].as_str().unwrap_or_default();
+                            match r["column"].as_str() {
+                                Some(c) => {
+                                    eprintln!("rejected: {at}, column '{c}': {message} ({code})")
+                                }
+                                None => eprintln!("rejected: {at}: {message} ({code})"),
+                            }
                         }
+                    });
+                }
+                let records: std::collections::BTreeSet<u32> =
+                    errors.iter().map(|r| r.row).collect();
+                let more = match e {
+                    lance_context_host::PluginError::Rejected { total, .. }
+                        if total > errors.len() =>
+                    {
+                        format!(
+                            " ({total} problems in all; the first {} listed)",
+                            errors.len()
+                        )
                     }
-                });
+                    _ => String::new(),
+                };
+                return Err(crate::exit::Refused {
+                    kind: lance_context_host::ErrorKind::Rejected,
+                    message: format!(
+                        "{}: the plugin rejected {} record(s) of the batch from {}{more}{}",
+                        stopped(added),
+                        records.len(),
+                        chunk.positions.start(),
+                        if json_errors { "" } else { " (listed above)" }
+                    ),
+                    details: serde_json::json!({ "row_errors": listed }),
+                }
+                .into());
+            }
+            Err(PipelineError::Store(e)) if e.is_fenced() => {
+                // The batch may or may not be durable: say so.
                 let at = format!(
-                    "{} record(s) rejected in the batch from {}",
-                    errors.len(),
+                    "the batch from {}: its outcome is unknown (another writer claimed the store meanwhile; re-adding it is safe, newest wins)",
                     chunk.positions.start()
                 );
-                return Err(anyhow::Error::new(PipelineError::Plugin(e))
+                return Err(anyhow::Error::new(PipelineError::Store(e))
                     .context(at)
-                    .context(stopped(added)));
+                    .context(format!(
+                        "stopped, {added} record(s) added before this batch"
+                    )));
             }
             Err(e) => {
                 let at = match &e {

@@ -1,0 +1,607 @@
+//! # lance-context-client
+//!
+//! The request and response types of the lance-context REST/JSON API
+//! (`lance-context serve`, routes under `/api/v1`) — the server is built on
+//! the same types — and an async [`Client`] for it.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lance_context_client::ClientError> {
+//! use lance_context_client::{Client, CreateStore};
+//! let client = Client::new("http://127.0.0.1:8080").with_token("secret");
+//! client.create_store(&CreateStore::builtin("runs", "rollout")).await?;
+//! client
+//!     .add("runs", &[serde_json::json!({"id": "m1", "rollout_id": "r1"})])
+//!     .await?;
+//! let row = client.get("runs", "m1").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Records are JSON objects: columns by name, binary values as base64
+//! strings, timestamps RFC 3339, vectors arrays of the declared dimension.
+//! Every error is `{"error": {"code", "message", "details"}}` with the
+//! status the server's docs list; [`ClientError::Api`] carries all of it.
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The API's error body: `{"error": {"code", "message", "details"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ApiError,
+}
+
+/// One API error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// A stable code: the error kind (`invalid_input`, `rejected`,
+    /// `not_found`, `already_exists`, `conflict`, `busy`, `unavailable`,
+    /// `plugin_fault`, `storage`, `corrupt`, `internal`), or
+    /// `unauthorized`, `forbidden`, `payload_too_large`, `deadline`.
+    pub code: String,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// Structured details: e.g. `{"row_errors": [{"record", "column", "code", "message"}]}`.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub details: Value,
+}
+
+/// `POST /api/v1/stores`: create a store from a built-in plugin, a plugin
+/// component (base64), or a SchemaSpec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateStore {
+    /// The store's name.
+    pub name: String,
+    /// A built-in plugin: `rollout`, `context` or `datagen`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// A plugin component's bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_wasm_base64: Option<String>,
+    /// A SchemaSpec (JSON), run by the built-in generic plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Value>,
+    /// Creation parameters for the plugin, by name (JSON values).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, Value>,
+    /// Where the data goes (default: the server's root); e.g. `s3://…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
+impl CreateStore {
+    /// A store from a built-in plugin.
+    pub fn builtin(name: &str, plugin: &str) -> Self {
+        Self {
+            name: name.into(),
+            plugin: Some(plugin.into()),
+            ..Self::default()
+        }
+    }
+
+    /// A store from a SchemaSpec.
+    pub fn spec(name: &str, spec: Value) -> Self {
+        Self {
+            name: name.into(),
+            spec: Some(spec),
+            ..Self::default()
+        }
+    }
+
+    /// With a creation parameter.
+    pub fn param(mut self, name: &str, value: Value) -> Self {
+        self.params.insert(name.into(), value);
+        self
+    }
+}
+
+/// A store: its registry entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreInfo {
+    /// The name.
+    pub name: String,
+    /// `ready` (or `creating` for a create that did not finish).
+    pub state: String,
+    /// Where its data is.
+    pub uri: String,
+    /// The pinned plugin.
+    pub plugin: PluginInfo,
+    /// The schema declaration (SchemaSpec JSON).
+    pub spec: Value,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+}
+
+/// The plugin a store pins.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    /// Its declared name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Hex sha256 of its component.
+    pub sha256: String,
+    /// `builtin:NAME`, `spec`, or `file:LABEL`.
+    pub source: String,
+}
+
+/// `GET /api/v1/stores`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreList {
+    /// The stores the caller may see.
+    pub stores: Vec<StoreInfo>,
+}
+
+/// The answer of an add.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Added {
+    /// Records written (durable and visible).
+    pub added: usize,
+}
+
+/// A page of records (`GET /api/v1/stores/{name}/records`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    /// The records.
+    pub records: Vec<Value>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Records (`POST …/records/get`, search, a named query).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Records {
+    /// The records.
+    pub records: Vec<Value>,
+}
+
+/// `POST …/records/get`: records by key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetMany {
+    /// The keys.
+    pub keys: Vec<String>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deleted {
+    /// The key.
+    pub key: String,
+    /// Whether a visible record was deleted.
+    pub deleted: bool,
+}
+
+/// The outcome of one upserted record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Upserted {
+    /// The new record's key.
+    pub id: String,
+    /// True when no visible record had the secondary key.
+    pub inserted: bool,
+    /// The key of the record it superseded.
+    pub replaced_id: Option<String>,
+}
+
+/// `POST …/records/upsert`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpsertResult {
+    /// Per record, in input order.
+    pub outcomes: Vec<Upserted>,
+}
+
+/// `PATCH …/records/{key}`: the new version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Patched {
+    /// The new version's key.
+    pub id: String,
+    /// The key of the version it superseded.
+    pub supersedes: String,
+}
+
+/// `POST …/queries/{query}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryRequest {
+    /// The query's arguments by parameter name.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+}
+
+/// The answer of a named query: records, or a reducing query's JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum QueryResult {
+    /// A reducing query's JSON (e.g. datagen `item_state`).
+    Reduced {
+        /// The plugin's JSON.
+        result: Value,
+    },
+    /// The rows of the query.
+    Records {
+        /// The records.
+        records: Vec<Value>,
+    },
+}
+
+/// `POST …/search`: nearest neighbours in a vector column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// The vector column (named explicitly: a store may have several).
+    pub column: String,
+    /// The query vector, of the column's dimension.
+    pub vector: Vec<f32>,
+    /// How many neighbours (default 10).
+    #[serde(default = "ten")]
+    pub k: usize,
+    /// SQL predicate applied before ranking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// IVF partitions to probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nprobes: Option<usize>,
+}
+
+fn ten() -> usize {
+    10
+}
+
+/// `POST …/index`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexRequest {
+    /// The vector column; all declared ones when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+}
+
+/// What `list` reads (`GET …/records` query parameters).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ListParams {
+    /// SQL predicate (a plain predicate: columns, literals, comparisons,
+    /// AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Comma-separated `column` or `column:desc` (not with `cursor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_by: Option<String>,
+    /// Comma-separated columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<String>,
+    /// Page size (default 100, at most 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Rows to skip (not with `cursor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<usize>,
+    /// The `next_cursor` of the previous page (pages in key order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The server answered with an error.
+    #[error("HTTP {status} {}: {}", .error.code, .error.message)]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The error body.
+        error: ApiError,
+    },
+    /// The request did not reach the server or its answer was cut.
+    #[error("transport: {0}")]
+    Transport(#[from] reqwest::Error),
+    /// The answer is not what the API documents.
+    #[error("unexpected answer (HTTP {status}): {message}")]
+    Unexpected {
+        /// The HTTP status.
+        status: u16,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Api { status, .. } | Self::Unexpected { status, .. } => Some(*status),
+            Self::Transport(e) => e.status().map(|s| s.as_u16()),
+        }
+    }
+
+    /// The API error code, when the server answered with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Self::Api { error, .. } => Some(&error.code),
+            _ => None,
+        }
+    }
+}
+
+/// An async client of one server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+type Result<T> = std::result::Result<T, ClientError>;
+
+/// Path segment escaping (store names and keys may hold any character).
+fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+impl Client {
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`).
+    pub fn new(base: &str) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            token: None,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Send this bearer token with every request.
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.base)
+    }
+
+    fn store(&self, name: &str, rest: &str) -> String {
+        self.url(&format!("/stores/{}{rest}", seg(name)))
+    }
+
+    fn auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T> {
+        let response = self.auth(req).send().await?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await?;
+        if (200..300).contains(&status) {
+            return serde_json::from_slice(&bytes).map_err(|e| ClientError::Unexpected {
+                status,
+                message: format!(
+                    "{e}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                ),
+            });
+        }
+        match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(body) => Err(ClientError::Api {
+                status,
+                error: body.error,
+            }),
+            Err(_) => Err(ClientError::Unexpected {
+                status,
+                message: String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
+            }),
+        }
+    }
+
+    /// `GET /health`.
+    pub async fn health(&self) -> Result<Value> {
+        self.send(self.http.get(format!("{}/health", self.base)))
+            .await
+    }
+
+    /// Create a store.
+    pub async fn create_store(&self, create: &CreateStore) -> Result<StoreInfo> {
+        self.send(self.http.post(self.url("/stores")).json(create))
+            .await
+    }
+
+    /// The stores the caller may see.
+    pub async fn list_stores(&self) -> Result<Vec<StoreInfo>> {
+        let list: StoreList = self.send(self.http.get(self.url("/stores"))).await?;
+        Ok(list.stores)
+    }
+
+    /// One store's entry.
+    pub async fn describe_store(&self, name: &str) -> Result<StoreInfo> {
+        self.send(self.http.get(self.store(name, ""))).await
+    }
+
+    /// Drop a store: its data and its entry.
+    pub async fn drop_store(&self, name: &str) -> Result<Value> {
+        self.send(self.http.delete(self.store(name, ""))).await
+    }
+
+    /// Add records (durable and visible when this returns).
+    pub async fn add(&self, name: &str, records: &[Value]) -> Result<Added> {
+        self.send(self.http.post(self.store(name, "/records")).json(records))
+            .await
+    }
+
+    /// Add records as an Arrow IPC stream (bulk).
+    pub async fn add_arrow(&self, name: &str, ipc_stream: Vec<u8>) -> Result<Added> {
+        self.send(
+            self.http
+                .post(self.store(name, "/records"))
+                .header("content-type", "application/vnd.apache.arrow.stream")
+                .body(ipc_stream),
+        )
+        .await
+    }
+
+    /// The record with this key; `None` when there is none.
+    pub async fn get(&self, name: &str, key: &str) -> Result<Option<Value>> {
+        match self
+            .send(
+                self.http
+                    .get(self.store(name, &format!("/records/{}", seg(key)))),
+            )
+            .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, error }) if error.code == "not_found" => {
+                if error.details.get("key").is_some() {
+                    Ok(None)
+                } else {
+                    Err(ClientError::Api { status: 404, error })
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The records with these keys (those that exist, in the order asked).
+    pub async fn get_many(&self, name: &str, keys: &[&str]) -> Result<Vec<Value>> {
+        let body = GetMany {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        let records: Records = self
+            .send(self.http.post(self.store(name, "/records/get")).json(&body))
+            .await?;
+        Ok(records.records)
+    }
+
+    /// A page of records.
+    pub async fn list(&self, name: &str, params: &ListParams) -> Result<Page> {
+        self.send(self.http.get(self.store(name, "/records")).query(params))
+            .await
+    }
+
+    /// Delete a record by key.
+    pub async fn delete(&self, name: &str, key: &str) -> Result<Deleted> {
+        self.send(
+            self.http
+                .delete(self.store(name, &format!("/records/{}", seg(key)))),
+        )
+        .await
+    }
+
+    /// Insert or supersede records by the schema's secondary key.
+    pub async fn upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
+        self.send(
+            self.http
+                .post(self.store(name, "/records/upsert"))
+                .json(records),
+        )
+        .await
+    }
+
+    /// Patch a record: a new version with these fields changed.
+    pub async fn patch(&self, name: &str, key: &str, fields: &Value) -> Result<Patched> {
+        self.send(
+            self.http
+                .patch(self.store(name, &format!("/records/{}", seg(key))))
+                .json(fields),
+        )
+        .await
+    }
+
+    /// Run one of the schema's named queries.
+    pub async fn query(
+        &self,
+        name: &str,
+        query: &str,
+        args: &[(&str, &str)],
+    ) -> Result<QueryResult> {
+        let body = QueryRequest {
+            args: args
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        self.send(
+            self.http
+                .post(self.store(name, &format!("/queries/{}", seg(query))))
+                .json(&body),
+        )
+        .await
+    }
+
+    /// Nearest neighbours.
+    pub async fn search(&self, name: &str, request: &SearchRequest) -> Result<Vec<Value>> {
+        let records: Records = self
+            .send(self.http.post(self.store(name, "/search")).json(request))
+            .await?;
+        Ok(records.records)
+    }
+
+    /// Merge the write-ahead tier now; the merge's statistics.
+    pub async fn merge(&self, name: &str) -> Result<Value> {
+        self.send(self.http.post(self.store(name, "/merge"))).await
+    }
+
+    /// Compact the base table now; the compaction's statistics.
+    pub async fn compact(&self, name: &str) -> Result<Value> {
+        self.send(self.http.post(self.store(name, "/compact")))
+            .await
+    }
+
+    /// Build the vector index of one column (all declared ones when `None`).
+    pub async fn index(&self, name: &str, column: Option<&str>) -> Result<Value> {
+        let body = IndexRequest {
+            column: column.map(str::to_string),
+        };
+        self.send(self.http.post(self.store(name, "/index")).json(&body))
+            .await
+    }
+
+    /// The store's statistics.
+    pub async fn stats(&self, name: &str) -> Result<Value> {
+        self.send(self.http.get(self.store(name, "/stats"))).await
+    }
+
+    /// The raw response of any request (tests of malformed bodies).
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> Result<(u16, Vec<u8>)> {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| {
+            ClientError::Unexpected {
+                status: 0,
+                message: e.to_string(),
+            }
+        })?;
+        let response = self
+            .auth(
+                self.http
+                    .request(method, format!("{}{path}", self.base))
+                    .header("content-type", content_type)
+                    .body(body),
+            )
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.bytes().await?.to_vec()))
+    }
+}

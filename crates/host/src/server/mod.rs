@@ -1,0 +1,183 @@
+//! The REST/JSON server (`lance-context serve`): every store of a registry
+//! under `/api/v1`, through the same pipeline as the CLI. See docs/server.md.
+//!
+//! Each store is opened once, with its writer, on first use and kept open;
+//! every operation on it runs in a task of its own (a client that goes away
+//! does not cancel a write half-way) under the store's concurrency limit and
+//! the request deadline. Shutdown stops accepting, lets the requests and
+//! their tasks finish, then closes every store (flush and release).
+
+mod auth;
+mod error;
+mod records;
+mod routes;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Semaphore};
+use tokio_util::task::TaskTracker;
+
+pub use auth::{Role, Token, TokensFile};
+
+use crate::{NamedStore, PluginLimits, PluginRuntime, Registry, RegistryError};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The data root holding the registry.
+    pub root: PathBuf,
+    /// Where to listen. Without tokens only a loopback address is allowed.
+    pub addr: SocketAddr,
+    /// Bearer tokens; none: no authentication (loopback only).
+    pub tokens: Vec<Token>,
+    /// Largest request body, in bytes (larger: 413).
+    pub body_limit: usize,
+    /// Longest a request may take (longer: 503 `deadline`; a write that was
+    /// running finishes in the background).
+    pub request_timeout: Duration,
+    /// Operations running at once per store.
+    pub store_concurrency: usize,
+    /// How long a request waits for a free slot of its store (then 503 `busy`).
+    pub queue_wait: Duration,
+    /// Storage options for stores created with them (values are never
+    /// recorded by the registry).
+    pub storage_options: HashMap<String, String>,
+}
+
+impl ServerConfig {
+    /// Defaults: 64 MiB bodies, 60 s deadline, 32 operations per store,
+    /// 2 s queue wait.
+    pub fn new(root: impl Into<PathBuf>, addr: SocketAddr) -> Self {
+        Self {
+            root: root.into(),
+            addr,
+            tokens: Vec::new(),
+            body_limit: 64 << 20,
+            request_timeout: Duration::from_secs(60),
+            store_concurrency: 32,
+            queue_wait: Duration::from_secs(2),
+            storage_options: HashMap::new(),
+        }
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// Listening on a non-loopback address needs tokens.
+    #[error(
+        "refusing to listen on {0} without tokens: give --tokens FILE (or LANCE_CONTEXT_TOKENS), or listen on 127.0.0.1"
+    )]
+    Unprotected(SocketAddr),
+    /// The registry could not be opened.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The plugin runtime could not start.
+    #[error(transparent)]
+    Plugin(#[from] crate::PluginError),
+    /// Binding or serving failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ServerError {
+    /// The kind (an unprotected address is invalid input).
+    pub fn kind(&self) -> crate::ErrorKind {
+        match self {
+            Self::Unprotected(_) => crate::ErrorKind::InvalidInput,
+            Self::Registry(e) => e.kind(),
+            Self::Plugin(e) => e.kind(),
+            Self::Io(_) => crate::ErrorKind::Storage,
+        }
+    }
+}
+
+/// A store the server holds open.
+#[derive(Debug)]
+pub(crate) struct OpenStore {
+    pub named: NamedStore,
+    pub slots: Arc<Semaphore>,
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    pub registry: Registry,
+    pub stores: Mutex<HashMap<String, Arc<OpenStore>>>,
+    pub config: ServerConfig,
+    pub tasks: TaskTracker,
+}
+
+/// A bound server, not yet serving.
+#[derive(Debug)]
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// Open the registry and bind the address (port 0: any free port).
+    pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        if config.tokens.is_empty() && !config.addr.ip().is_loopback() {
+            return Err(ServerError::Unprotected(config.addr));
+        }
+        let runtime = Arc::new(PluginRuntime::new(
+            PluginLimits::default(),
+            crate::default_cache_dir().as_deref(),
+        )?);
+        let registry = Registry::at(&config.root, runtime)?;
+        let listener = tokio::net::TcpListener::bind(config.addr).await?;
+        Ok(Self {
+            listener,
+            state: Arc::new(AppState {
+                registry,
+                stores: Mutex::new(HashMap::new()),
+                config,
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// Whether requests need a token.
+    pub fn requires_tokens(&self) -> bool {
+        !self.state.config.tokens.is_empty()
+    }
+
+    /// Serve until `shutdown` completes; then finish in-flight requests and
+    /// their tasks, and close every store.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let state = self.state.clone();
+        let app = routes::router(state.clone());
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        state.tasks.close();
+        state.tasks.wait().await;
+        let stores: Vec<Arc<OpenStore>> =
+            state.stores.lock().await.drain().map(|(_, s)| s).collect();
+        let mut first_error = None;
+        for store in stores {
+            if let Err(e) = store.named.close().await {
+                tracing::warn!(store = store.named.name(), error = %e, "closing a store at shutdown");
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(ServerError::Registry(RegistryError::Store(e))),
+            None => Ok(()),
+        }
+    }
+}

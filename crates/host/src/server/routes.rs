@@ -1,0 +1,764 @@
+//! The routes under `/api/v1`, `/health` and `/ready`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use lance_context_client::{
+    Added, CreateStore, Deleted, GetMany, IndexRequest, ListParams, Page, Patched, PluginInfo,
+    QueryRequest, Records, SearchRequest, StoreInfo, StoreList, UpsertResult, Upserted,
+};
+use lance_context_store::{PatchTarget, ScanRequest, SortKey, VectorQuery};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use super::auth::{Role, authorize};
+use super::error::ApiError;
+use super::records::{batch_from_json, to_json};
+use super::{AppState, OpenStore};
+use crate::spec::{Capability, SchemaSpec};
+use crate::{CreateOptions, ErrorKind, SchemaSource, StoreEntry, conform, default_projection};
+
+type Shared = Arc<AppState>;
+
+/// Largest page of `GET …/records`.
+const MAX_PAGE: usize = 10_000;
+
+pub(crate) fn router(state: Shared) -> axum::Router {
+    axum::Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/api/v1/stores", get(list_stores).post(create_store))
+        .route(
+            "/api/v1/stores/{name}",
+            get(describe_store).delete(drop_store),
+        )
+        .route(
+            "/api/v1/stores/{name}/records",
+            get(list_records).post(add_records),
+        )
+        .route(
+            "/api/v1/stores/{name}/records/{key}",
+            get(get_record).delete(delete_record).patch(patch_record),
+        )
+        .route("/api/v1/stores/{name}/lookup", post(lookup))
+        .route("/api/v1/stores/{name}/upsert", post(upsert))
+        .route("/api/v1/stores/{name}/queries/{query}", post(query))
+        .route("/api/v1/stores/{name}/search", post(search))
+        .route("/api/v1/stores/{name}/merge", post(merge))
+        .route("/api/v1/stores/{name}/compact", post(compact))
+        .route("/api/v1/stores/{name}/index", post(index))
+        .route("/api/v1/stores/{name}/stats", get(stats))
+        .fallback(not_found)
+        // Bodies are read by the handlers under the configured limit.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::of_kind(ErrorKind::NotFound, "no such route")
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn ready(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
+    let stores = state.registry.list()?.len();
+    Ok(Json(json!({"status": "ready", "stores": stores})))
+}
+
+/// The body, at most the configured limit (413 beyond).
+async fn read_body(state: &Shared, body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, state.config.body_limit)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!(
+                    "the body exceeds the limit of {} bytes ({e})",
+                    state.config.body_limit
+                ),
+            )
+        })
+}
+
+/// A JSON body of type `T` (unknown fields refused where `T` says so).
+async fn json_body<T: serde::de::DeserializeOwned>(
+    state: &Shared,
+    body: Body,
+) -> Result<T, ApiError> {
+    let bytes = read_body(state, body).await?;
+    if bytes.is_empty() {
+        return serde_json::from_slice(b"{}")
+            .map_err(|e| ApiError::invalid(format!("a JSON body is required: {e}")));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(format!("the body: {e}")))
+}
+
+fn info(entry: StoreEntry) -> StoreInfo {
+    StoreInfo {
+        name: entry.name,
+        state: format!("{:?}", entry.state).to_lowercase(),
+        uri: entry.uri,
+        plugin: PluginInfo {
+            name: entry.plugin.name,
+            version: entry.plugin.version,
+            sha256: entry.plugin.sha256,
+            source: entry.plugin.source,
+        },
+        spec: serde_json::to_value(&entry.spec).unwrap_or(Value::Null),
+        created_at: entry.created_at,
+    }
+}
+
+/// The store, opened (with its writer) on first use and kept.
+async fn open(state: &Shared, name: &str) -> Result<Arc<OpenStore>, ApiError> {
+    let mut stores = state.stores.lock().await;
+    if let Some(s) = stores.get(name) {
+        return Ok(s.clone());
+    }
+    let named = state
+        .registry
+        .open(name, &state.config.storage_options)
+        .await?;
+    let store = Arc::new(OpenStore {
+        named,
+        slots: Arc::new(Semaphore::new(state.config.store_concurrency)),
+    });
+    stores.insert(name.to_string(), store.clone());
+    Ok(store)
+}
+
+/// Run `work` on store `name`: in a slot of the store (waiting at most the
+/// queue wait: 503 `busy`), in a task of its own (a client going away does
+/// not cancel it), within the request deadline (503 `deadline`; the task
+/// still finishes).
+async fn on_store<T, F, Fut>(state: &Shared, name: &str, work: F) -> Result<T, ApiError>
+where
+    F: FnOnce(Arc<OpenStore>) -> Fut,
+    Fut: Future<Output = Result<T, ApiError>> + Send + 'static,
+    T: Send + 'static,
+{
+    let store = open(state, name).await?;
+    let permit = tokio::time::timeout(state.config.queue_wait, store.slots.clone().acquire_owned())
+        .await
+        .map_err(|_| {
+            ApiError::of_kind(
+                ErrorKind::Busy,
+                format!(
+                    "store '{name}' is running {} operations; retry later",
+                    state.config.store_concurrency
+                ),
+            )
+        })?
+        .map_err(|_| ApiError::of_kind(ErrorKind::Unavailable, "the server is shutting down"))?;
+    let work = work(store);
+    let task = state.tasks.spawn(async move {
+        let _slot = permit;
+        work.await
+    });
+    match tokio::time::timeout(state.config.request_timeout, task).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => Err(ApiError::of_kind(
+            ErrorKind::Internal,
+            format!("the operation failed: {e}"),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "deadline",
+            format!(
+                "the request ran past its deadline of {:?}; a write still running completes (re-adding the same keys is safe)",
+                state.config.request_timeout
+            ),
+        )),
+    }
+}
+
+async fn list_stores(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Json<StoreList>, ApiError> {
+    let caller = authorize(&state.config.tokens, &headers, None, Role::Read)?;
+    let stores = state
+        .registry
+        .list()?
+        .into_iter()
+        .filter(|e| caller.sees(&e.name))
+        .map(info)
+        .collect();
+    Ok(Json(StoreList { stores }))
+}
+
+async fn create_store(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let create: CreateStore = json_body(&state, body).await?;
+    authorize(
+        &state.config.tokens,
+        &headers,
+        Some(&create.name),
+        Role::Admin,
+    )?;
+    let source = match (create.plugin, create.plugin_wasm_base64, create.spec) {
+        (Some(p), None, None) => SchemaSource::Builtin(p),
+        (None, Some(b64), None) => SchemaSource::Plugin {
+            label: format!("{}.wasm", create.name),
+            bytes: base64::engine::general_purpose::STANDARD
+                .decode(b64.as_bytes())
+                .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))?,
+        },
+        (None, None, Some(spec)) => {
+            SchemaSource::Spec(SchemaSpec::from_json(&spec.to_string()).map_err(ApiError::from)?)
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "give exactly one of plugin, plugin_wasm_base64, spec",
+            ));
+        }
+    };
+    let mut options = CreateOptions::new(source);
+    options.params = create
+        .params
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+    options.uri = create.uri;
+    options.storage_options = state.config.storage_options.clone();
+    let mut stores = state.stores.lock().await;
+    let named = state.registry.create(&create.name, options).await?;
+    let entry = named.entry().clone();
+    stores.insert(
+        create.name.clone(),
+        Arc::new(OpenStore {
+            named,
+            slots: Arc::new(Semaphore::new(state.config.store_concurrency)),
+        }),
+    );
+    Ok((StatusCode::CREATED, Json(info(entry))).into_response())
+}
+
+async fn describe_store(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<StoreInfo>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    Ok(Json(info(state.registry.describe(&name)?)))
+}
+
+async fn drop_store(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let mut stores = state.stores.lock().await;
+    if let Some(open) = stores.remove(&name) {
+        // Wait for its running operations, then release its writer.
+        let _all = open
+            .slots
+            .acquire_many(state.config.store_concurrency as u32)
+            .await;
+        open.named.close().await?;
+    }
+    let report = state
+        .registry
+        .drop_store(&name, &state.config.storage_options)
+        .await?;
+    Ok(Json(json!({"dropped": report.name, "uri": report.uri})))
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim())
+        .unwrap_or("application/json")
+}
+
+async fn add_records(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
+    let kind = match content_type(&headers) {
+        "application/vnd.apache.arrow.stream" => Input::Arrow,
+        "application/x-ndjson" | "application/jsonl" | "application/json-lines" => Input::Lines,
+        "application/json" | "" => Input::Array,
+        other => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_input",
+                format!(
+                    "content type '{other}': send application/json (an array of records), application/x-ndjson, or application/vnd.apache.arrow.stream"
+                ),
+            ));
+        }
+    };
+    let bytes = read_body(&state, body).await?;
+    let added = on_store(&state, &name, move |store| async move {
+        let batch = match kind {
+            Input::Array => batch_from_json(store.named.plugin(), &bytes, false)?,
+            Input::Lines => batch_from_json(store.named.plugin(), &bytes, true)?,
+            Input::Arrow => arrow_batch(&store, bytes.to_vec())?,
+        };
+        let outcome = store.named.add(&batch).await?;
+        Ok(Added {
+            added: outcome.rows,
+        })
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(added)).into_response())
+}
+
+#[derive(Clone, Copy)]
+enum Input {
+    Array,
+    Lines,
+    Arrow,
+}
+
+/// An Arrow IPC stream body: decoded by the bounded decoder (untrusted
+/// bytes), matched to the input schema like a Parquet or Arrow file.
+fn arrow_batch(store: &OpenStore, bytes: Vec<u8>) -> Result<arrow_array::RecordBatch, ApiError> {
+    let decoded = lance_context_wire::decode_with(bytes, &lance_context_wire::Limits::default())
+        .map_err(|e| {
+            ApiError::invalid(format!(
+                "the body is not an acceptable Arrow IPC stream: {e}"
+            ))
+        })?;
+    let batch = arrow_select::concat::concat_batches(&decoded.schema, &decoded.batches)
+        .map_err(|e| ApiError::invalid(format!("the Arrow stream: {e}")))?;
+    if batch.num_rows() == 0 {
+        return Err(ApiError::invalid("no records in the body"));
+    }
+    Ok(conform(store.named.plugin(), &batch)?)
+}
+
+fn sort_keys(order_by: Option<&str>) -> Result<Vec<SortKey>, ApiError> {
+    let Some(order_by) = order_by.filter(|s| !s.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    order_by
+        .split(',')
+        .map(|s| match s.trim().split_once(':') {
+            None => Ok(SortKey::asc(s.trim())),
+            Some((c, "asc")) => Ok(SortKey::asc(c)),
+            Some((c, "desc")) => Ok(SortKey::desc(c)),
+            Some((_, d)) => Err(ApiError::invalid(format!(
+                "order_by: direction must be asc or desc, got '{d}'"
+            ))),
+        })
+        .collect()
+}
+
+/// A caller's filter: a plain predicate only (no function calls, casts or
+/// subqueries: a request must not make the server run arbitrary SQL).
+fn checked_filter(filter: Option<String>) -> Result<Option<String>, ApiError> {
+    match filter.filter(|f| !f.trim().is_empty()) {
+        Some(f) => {
+            lance_context_store::check_plain_predicate(&f)?;
+            Ok(Some(f))
+        }
+        None => Ok(None),
+    }
+}
+
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+async fn list_records(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Page>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let limit = params.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::invalid(format!(
+            "limit must be 1..={MAX_PAGE}, got {limit}"
+        )));
+    }
+    let filter = checked_filter(params.filter)?;
+    let mut order = sort_keys(params.order_by.as_deref())?;
+    let columns: Option<Vec<String>> = params
+        .columns
+        .as_deref()
+        .map(|c| c.split(',').map(|s| s.trim().to_string()).collect());
+    let cursor = match params.cursor {
+        Some(c) => {
+            if !order.is_empty() || params.offset.is_some() {
+                return Err(ApiError::invalid(
+                    "cursor pages in key order: give neither order_by nor offset with it",
+                ));
+            }
+            let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(c.as_bytes())
+                .ok()
+                .and_then(|k| String::from_utf8(k).ok())
+                .ok_or_else(|| ApiError::invalid("cursor: not one this server gave"))?;
+            Some(key)
+        }
+        None => None,
+    };
+    let offset = params.offset;
+    let page = on_store(&state, &name, move |store| async move {
+        let key = store.named.spec().key.clone();
+        let paging = order.is_empty() && offset.is_none();
+        if paging {
+            order.push(SortKey::asc(&key));
+        }
+        let filter = match (&filter, &cursor) {
+            (Some(f), Some(c)) => Some(format!("({f}) AND {key} > {}", literal(c))),
+            (None, Some(c)) => Some(format!("{key} > {}", literal(c))),
+            (f, None) => f.clone(),
+        };
+        let mut projection = columns.unwrap_or_else(|| default_projection(store.named.spec()));
+        if paging && !projection.contains(&key) {
+            projection.push(key.clone());
+        }
+        let request = ScanRequest {
+            filter,
+            projection: Some(projection),
+            order_by: order,
+            limit: Some(limit),
+            offset,
+            ..ScanRequest::default()
+        };
+        let batch = store.named.scan(request).await?;
+        let records = to_json(&batch)?;
+        let next_cursor = (paging && records.len() == limit)
+            .then(|| {
+                records
+                    .last()
+                    .and_then(|r| r.get(&key))
+                    .and_then(Value::as_str)
+            })
+            .flatten()
+            .map(|k| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.as_bytes()));
+        Ok(Page {
+            records,
+            next_cursor,
+        })
+    })
+    .await?;
+    Ok(Json(page))
+}
+
+async fn get_record(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path((name, key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let record = on_store(&state, &name, move |store| async move {
+        let projection = default_projection(store.named.spec());
+        let batch = store
+            .named
+            .lookup(&[key.as_str()], Some(&projection))
+            .await?;
+        match to_json(&batch)?.into_iter().next() {
+            Some(r) => Ok(r),
+            None => Err(ApiError::of_kind(
+                ErrorKind::NotFound,
+                format!(
+                    "store '{}' has no record with key '{key}'",
+                    store.named.name()
+                ),
+            )
+            .with_details(json!({"key": key}))),
+        }
+    })
+    .await?;
+    Ok(Json(record))
+}
+
+async fn lookup(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<Records>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let request: GetMany = json_body(&state, body).await?;
+    if request.keys.len() > MAX_PAGE {
+        return Err(ApiError::invalid(format!(
+            "at most {MAX_PAGE} keys per lookup"
+        )));
+    }
+    let records = on_store(&state, &name, move |store| async move {
+        let projection = default_projection(store.named.spec());
+        let keys: Vec<&str> = request.keys.iter().map(String::as_str).collect();
+        let batch = store.named.lookup(&keys, Some(&projection)).await?;
+        to_json(&batch)
+    })
+    .await?;
+    Ok(Json(Records { records }))
+}
+
+async fn delete_record(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path((name, key)): Path<(String, String)>,
+) -> Result<Json<Deleted>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
+    let deleted = on_store(&state, &name, move |store| async move {
+        let done = store.named.delete(&[key.as_str()]).await?;
+        Ok(Deleted {
+            key,
+            deleted: done.first().copied().unwrap_or(false),
+        })
+    })
+    .await?;
+    Ok(Json(deleted))
+}
+
+/// Refuse a write the schema's capabilities do not allow, saying why.
+fn needs(store: &OpenStore, capability: Capability, what: &str) -> Result<(), ApiError> {
+    if store.named.spec().has(capability) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "store '{}' does not declare the {} capability, which {what} needs",
+        store.named.name(),
+        capability.as_str()
+    ))
+    .with_details(json!({"capability": capability.as_str()})))
+}
+
+async fn upsert(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<UpsertResult>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
+    let bytes = read_body(&state, body).await?;
+    let result = on_store(&state, &name, move |store| async move {
+        needs(&store, Capability::Supersession, "upsert")?;
+        let batch = batch_from_json(store.named.plugin(), &bytes, false)?;
+        let outcomes = store.named.upsert(&batch).await?;
+        Ok(UpsertResult {
+            outcomes: outcomes
+                .into_iter()
+                .map(|o| Upserted {
+                    id: o.id,
+                    inserted: o.inserted,
+                    replaced_id: o.replaced_id,
+                })
+                .collect(),
+        })
+    })
+    .await?;
+    Ok(Json(result))
+}
+
+async fn patch_record(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path((name, key)): Path<(String, String)>,
+    body: Body,
+) -> Result<Json<Patched>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
+    let bytes = read_body(&state, body).await?;
+    let patched = on_store(&state, &name, move |store| async move {
+        needs(&store, Capability::Supersession, "patch")?;
+        let fields: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::invalid(format!("the body is not JSON: {e}")))?;
+        if !fields.is_object() {
+            return Err(ApiError::invalid(
+                "the body must be a JSON object of the fields to change",
+            ));
+        }
+        let array = serde_json::to_vec(&[fields]).unwrap_or_default();
+        let full = batch_from_json(store.named.plugin(), &array, false)?;
+        // Only the fields given: absent ones are not changes.
+        let patch = crate::to_input(store.named.plugin(), &full)?;
+        match store
+            .named
+            .patch(&PatchTarget::Id(key.clone()), &patch)
+            .await?
+        {
+            Some(version) => Ok(Patched {
+                id: version.id,
+                supersedes: key,
+            }),
+            None => Err(ApiError::of_kind(
+                ErrorKind::NotFound,
+                format!(
+                    "store '{}' has no visible record with key '{key}'",
+                    store.named.name()
+                ),
+            )
+            .with_details(json!({"key": key}))),
+        }
+    })
+    .await?;
+    Ok(Json(patched))
+}
+
+async fn query(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path((name, query)): Path<(String, String)>,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let request: QueryRequest = json_body(&state, body).await?;
+    let result = on_store(&state, &name, move |store| async move {
+        let args: Vec<(String, String)> = request.args.into_iter().collect();
+        let reduces = store
+            .named
+            .spec()
+            .queries
+            .iter()
+            .any(|q| q.name == query && q.reduce);
+        if reduces {
+            let raw = store.named.reduce(&query, &args).await?;
+            let result: Value = serde_json::from_str(raw.get())
+                .map_err(|e| ApiError::of_kind(ErrorKind::PluginFault, format!("reduce: {e}")))?;
+            return Ok(json!({ "result": result }));
+        }
+        let batch = store.named.query(&query, &args).await?;
+        Ok(json!({ "records": to_json(&batch)? }))
+    })
+    .await?;
+    Ok(Json(result))
+}
+
+async fn search(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<Records>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let request: SearchRequest = json_body(&state, body).await?;
+    let filter = checked_filter(request.filter)?;
+    if request.k == 0 || request.k > MAX_PAGE {
+        return Err(ApiError::invalid(format!("k must be 1..={MAX_PAGE}")));
+    }
+    let records = on_store(&state, &name, move |store| async move {
+        let mut query = VectorQuery::new(&request.column, request.vector, request.k);
+        query.filter = filter;
+        query.nprobes = request.nprobes;
+        let batch = store.named.nearest(&query).await?;
+        to_json(&batch)
+    })
+    .await?;
+    Ok(Json(Records { records }))
+}
+
+async fn merge(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let stats = on_store(&state, &name, |store| async move {
+        let s = store.named.merge().await?;
+        Ok(json!({
+            "generations_merged": s.generations_merged,
+            "rows_upserted": s.rows_upserted,
+            "keys_deleted": s.keys_deleted,
+            "passes": s.passes,
+            "versions_removed": s.versions_removed,
+        }))
+    })
+    .await?;
+    Ok(Json(stats))
+}
+
+async fn compact(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let stats = on_store(&state, &name, |store| async move {
+        let s = store.named.compact().await?;
+        Ok(json!({
+            "fragments_removed": s.fragments_removed,
+            "fragments_added": s.fragments_added,
+            "files_removed": s.files_removed,
+            "files_added": s.files_added,
+        }))
+    })
+    .await?;
+    Ok(Json(stats))
+}
+
+async fn index(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let request: IndexRequest = json_body(&state, body).await?;
+    let built = on_store(&state, &name, move |store| async move {
+        let columns: Vec<String> = match request.column {
+            Some(c) => vec![c],
+            None => store
+                .named
+                .spec()
+                .vectors
+                .iter()
+                .map(|v| v.column.clone())
+                .collect(),
+        };
+        if columns.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "store '{}' declares no vector column to index",
+                store.named.name()
+            )));
+        }
+        for column in &columns {
+            store.named.build_vector_index(column).await?;
+        }
+        Ok(json!({ "indexed": columns }))
+    })
+    .await?;
+    Ok(Json(built))
+}
+
+async fn stats(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let stats = on_store(&state, &name, |store| async move {
+        let s = store.named.stats().await?;
+        let rows = store.named.count(None).await?;
+        Ok(json!({
+            "rows": rows,
+            "rows_in_base": s.rows_in_base,
+            "version": s.version,
+            "versions": s.versions,
+            "fragments": s.fragments,
+            "unmerged_rows": s.unmerged_rows,
+            "bytes_on_disk": s.bytes_on_disk,
+            "indexes": s.indexes.iter().map(|i| json!({
+                "name": i.name, "kind": i.kind, "columns": i.columns,
+                "covers_all_rows": i.covers_all_rows,
+            })).collect::<Vec<_>>(),
+        }))
+    })
+    .await?;
+    Ok(Json(stats))
+}
