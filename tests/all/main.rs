@@ -15,6 +15,7 @@ mod read;
 mod records;
 mod registry;
 mod sandbox;
+mod server;
 mod shards;
 mod soak;
 mod storage_options;

@@ -154,14 +154,14 @@ pub struct Page {
     pub next_cursor: Option<String>,
 }
 
-/// Records (`POST …/records/get`, search, a named query).
+/// Records (`POST …/lookup`, search, a named query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Records {
     /// The records.
     pub records: Vec<Value>,
 }
 
-/// `POST …/records/get`: records by key.
+/// `POST …/lookup`: records by key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GetMany {
@@ -189,7 +189,7 @@ pub struct Upserted {
     pub replaced_id: Option<String>,
 }
 
-/// `POST …/records/upsert`.
+/// `POST …/upsert`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpsertResult {
     /// Per record, in input order.
@@ -484,7 +484,7 @@ impl Client {
             keys: keys.iter().map(|k| k.to_string()).collect(),
         };
         let records: Records = self
-            .send(self.http.post(self.store(name, "/records/get")).json(&body))
+            .send(self.http.post(self.store(name, "/lookup")).json(&body))
             .await?;
         Ok(records.records)
     }
@@ -508,7 +508,7 @@ impl Client {
     pub async fn upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
         self.send(
             self.http
-                .post(self.store(name, "/records/upsert"))
+                .post(self.store(name, "/upsert"))
                 .json(records),
         )
         .await

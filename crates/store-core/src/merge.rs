@@ -205,7 +205,10 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
         writer.check_latch()?;
     }
     let mut stats = MergeStats::default();
-    let mut dataset = ctx.dataset.clone();
+    // The dataset as of now: a merge that waited for another merge of this
+    // handle (the background one) must see what that one committed, or it
+    // would try the same generations again and be refused as stale.
+    let mut dataset = ctx.opener.refresh(&ctx.dataset).await?;
     let marker = recorded_marker(&dataset, ctx.shard).await?;
     stats.merged_up_to = marker;
     let manifest = latest_manifest(&dataset, ctx.shard).await?;

@@ -1,0 +1,579 @@
+//! The REST/JSON server end to end: a real `lance-context serve` process on
+//! loopback, driven through the client crate.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use lance_context_client::{Client, CreateStore, ListParams, QueryResult, SearchRequest};
+use serde_json::{Value, json};
+
+use crate::support::{cli_binary, compile_cache};
+
+/// A server process; killed when dropped.
+pub struct ServerProc {
+    child: Child,
+    pub url: String,
+}
+
+impl ServerProc {
+    pub fn start(root: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(cli_binary())
+            .args([
+                "serve",
+                "--root",
+                root.to_str().unwrap(),
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .env("LANCE_CONTEXT_CACHE_DIR", compile_cache())
+            .env_remove("LANCE_CONTEXT_TOKENS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("no address printed: {line:?}"))
+            .to_string();
+        Self { child, url }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url)
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let status = self.child.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const TICKETS: &str = r#"{"name": "tickets", "key": "id", "columns": [
+    {"name": "id", "type": "Utf8", "nullable": false},
+    {"name": "team", "type": "Utf8", "rules": {"one_of": ["a", "b"]}},
+    {"name": "n", "type": "Int32", "rules": {"min": 0}},
+    {"name": "data", "type": "LargeBinary"}],
+  "queries": [{"name": "by_team", "description": "one team", "params": ["team"],
+               "filter": "team = {team}", "order_by": ["id"]}]}"#;
+
+fn status_of<T: std::fmt::Debug>(r: Result<T, lance_context_client::ClientError>) -> (u16, String) {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => (e.status().unwrap_or(0), e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_is_served_through_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &[]);
+    let c = server.client();
+    assert_eq!(c.health().await.unwrap()["status"], "ok");
+
+    // A built-in store and a user spec store.
+    let runs = c
+        .create_store(&CreateStore::builtin("runs", "rollout"))
+        .await
+        .unwrap();
+    assert_eq!(runs.plugin.name, "rollout");
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let names: Vec<String> = c
+        .list_stores()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["runs", "tickets"]);
+
+    let steps: Vec<Value> = (0..5)
+        .map(|i| json!({"id": format!("m{i}"), "rollout_id": "r1", "sequence_order": 4 - i}))
+        .collect();
+    assert_eq!(c.add("runs", &steps).await.unwrap().added, 5);
+    let m2 = c.get("runs", "m2").await.unwrap().unwrap();
+    assert_eq!(m2["sequence_order"], 2);
+    assert_eq!(m2["role"], "assistant", "the plugin's transform filled it");
+    assert!(c.get("runs", "nope").await.unwrap().is_none());
+    let many = c.get_many("runs", &["m4", "zz", "m0"]).await.unwrap();
+    assert_eq!(many.len(), 2);
+    match c
+        .query("runs", "trajectory", &[("rollout_id", "r1")])
+        .await
+        .unwrap()
+    {
+        QueryResult::Records { records } => {
+            let order: Vec<i64> = records
+                .iter()
+                .map(|r| r["sequence_order"].as_i64().unwrap())
+                .collect();
+            assert_eq!(order, [0, 1, 2, 3, 4]);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Paging by cursor walks every record once.
+    let tickets: Vec<Value> = (0..25)
+        .map(|i| {
+            json!({"id": format!("t{i:02}"), "team": if i % 2 == 0 {"a"} else {"b"}, "n": i,
+                   "data": "3q2+7w=="})
+        })
+        .collect();
+    c.add("tickets", &tickets).await.unwrap();
+    let mut seen = Vec::new();
+    let mut params = ListParams {
+        limit: Some(10),
+        columns: Some("id,data".into()),
+        ..ListParams::default()
+    };
+    loop {
+        let page = c.list("tickets", &params).await.unwrap();
+        seen.extend(
+            page.records
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_string()),
+        );
+        assert_eq!(page.records[0]["data"], "3q2+7w==", "binary as base64");
+        match page.next_cursor {
+            Some(cursor) => params.cursor = Some(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 25);
+    assert_eq!(
+        seen,
+        (0..25).map(|i| format!("t{i:02}")).collect::<Vec<_>>()
+    );
+    let filtered = c
+        .list(
+            "tickets",
+            &ListParams {
+                filter: Some("n >= 20".into()),
+                order_by: Some("n:desc".into()),
+                ..ListParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(filtered.records.len(), 5);
+    assert_eq!(filtered.records[0]["n"], 24);
+    match c
+        .query("tickets", "by_team", &[("team", "a")])
+        .await
+        .unwrap()
+    {
+        QueryResult::Records { records } => assert_eq!(records.len(), 13),
+        other => panic!("{other:?}"),
+    }
+    let deleted = c.delete("tickets", "t00").await.unwrap();
+    assert!(deleted.deleted);
+    assert!(!c.delete("tickets", "t00").await.unwrap().deleted);
+
+    // Context: vectors, upsert and patch (supersession).
+    c.create_store(&CreateStore::builtin("mem", "context").param("embedding_dim", json!(4)))
+        .await
+        .unwrap();
+    let memories: Vec<Value> = (0..40)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "run_id": "run", "text_payload": format!("note {i}"),
+                   "embedding": [i as f32, 0.0, 1.0, 0.5]})
+        })
+        .collect();
+    c.add("mem", &memories).await.unwrap();
+    let near = c
+        .search(
+            "mem",
+            &SearchRequest {
+                column: "embedding".into(),
+                vector: vec![7.0, 0.0, 1.0, 0.5],
+                k: 3,
+                filter: None,
+                nprobes: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(near[0]["id"], "c7");
+    let patched = c
+        .patch("mem", "c1", &json!({"text_payload": "revised"}))
+        .await
+        .unwrap();
+    assert_eq!(patched.supersedes, "c1");
+    // A lookup by key still finds the old version, marked superseded.
+    let old = c.get("mem", "c1").await.unwrap().unwrap();
+    assert_eq!(old["superseded_by_id"], patched.id.as_str());
+    let new = c.get("mem", &patched.id).await.unwrap().unwrap();
+    assert_eq!(new["text_payload"], "revised");
+    let up = c
+        .upsert(
+            "mem",
+            &[json!({"id": "u1", "external_id": "ext-1", "run_id": "run", "text_payload": "a"})],
+        )
+        .await
+        .unwrap();
+    assert!(up.outcomes[0].inserted);
+
+    // Admin.
+    let merged = c.merge("mem").await.unwrap();
+    assert!(merged["rows_upserted"].as_u64().unwrap() > 0);
+    c.compact("mem").await.unwrap();
+    let indexed = c.index("mem", None).await.unwrap();
+    assert_eq!(indexed["indexed"], json!(["embedding"]));
+    let stats = c.stats("mem").await.unwrap();
+    assert_eq!(stats["rows"], 41, "{stats}");
+    let dropped = c.drop_store("tickets").await.unwrap();
+    assert_eq!(dropped["dropped"], "tickets");
+    assert_eq!(status_of(c.describe_store("tickets").await).0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_typed_status_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &["--body-limit-mib", "1"]);
+    let c = server.client();
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    c.create_store(&CreateStore::builtin("mem", "context").param("embedding_dim", json!(4)))
+        .await
+        .unwrap();
+    let add = |store: &'static str, body: Value| {
+        let c = c.clone();
+        async move {
+            let records = body.as_array().cloned().unwrap();
+            c.add(store, &records).await
+        }
+    };
+    fn expect<T: std::fmt::Debug>(
+        r: Result<T, lance_context_client::ClientError>,
+        status: u16,
+        says: &str,
+    ) {
+        let (got, message) = status_of(r);
+        assert_eq!(got, status, "{message}");
+        assert!(message.contains(says), "expected '{says}' in: {message}");
+    }
+    expect(
+        add("tickets", json!([{"id": "a"}, {"id": "b", "colour": 1}])).await,
+        400,
+        "unknown field 'colour'",
+    );
+    expect(
+        add("tickets", json!([{"id": "a", "n": "many"}])).await,
+        400,
+        "n",
+    );
+    expect(
+        add("tickets", json!([{"id": "a", "n": -1}])).await,
+        422,
+        "at least 0",
+    );
+    // A missing key: the plugin's row error, naming the column.
+    expect(add("tickets", json!([{"n": 1}])).await, 422, "column 'id'");
+    expect(
+        add(
+            "mem",
+            json!([{"id": "v", "run_id": "r", "embedding": [1.0, 2.0]}]),
+        )
+        .await,
+        400,
+        "embedding",
+    );
+    expect(
+        add("tickets", json!([{"id": "x", "data": "not base64!"}])).await,
+        400,
+        "base64",
+    );
+    expect(
+        add("nope", json!([{"id": "a"}])).await,
+        404,
+        "no store named 'nope'",
+    );
+    expect(
+        c.upsert("tickets", &[json!({"id": "a"})]).await,
+        400,
+        "supersession",
+    );
+    // Malformed JSON, a non-array, an oversized body, a wrong content type.
+    let raw = |body: &[u8], ct: &str| {
+        let c = c.clone();
+        let body = body.to_vec();
+        let ct = ct.to_string();
+        async move {
+            c.raw("POST", "/api/v1/stores/tickets/records", &ct, body)
+                .await
+                .unwrap()
+        }
+    };
+    let (s, body) = raw(b"[{\"id\": ", "application/json").await;
+    assert_eq!(s, 400, "{}", String::from_utf8_lossy(&body));
+    let error: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["code"], "invalid_input");
+    let (s, _) = raw(b"{\"id\": \"a\"}", "application/json").await;
+    assert_eq!(s, 400);
+    let (s, body) = raw(&vec![b' '; 2 << 20], "application/json").await;
+    assert_eq!(s, 413, "{}", String::from_utf8_lossy(&body));
+    let (s, _) = raw(b"id=a", "text/csv").await;
+    assert_eq!(s, 415);
+    // JSON Lines bodies work.
+    let (s, body) = raw(
+        b"{\"id\": \"l1\"}\n{\"id\": \"l2\"}\n",
+        "application/x-ndjson",
+    )
+    .await;
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&body));
+    // Nothing from a refused request was written.
+    let stats = c.stats("tickets").await.unwrap();
+    assert_eq!(stats["rows"], 2, "{stats}");
+    // A filter that is not a plain predicate is refused.
+    let r = c
+        .list(
+            "tickets",
+            &ListParams {
+                filter: Some("repeat(id, 100) = 'x'".into()),
+                ..ListParams::default()
+            },
+        )
+        .await;
+    assert_eq!(status_of(r).0, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_roles_guard_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        r#"{"tokens": [
+            {"token": "admin-token-0123456789", "role": "admin"},
+            {"token": "write-token-0123456789", "role": "write", "stores": ["a"]},
+            {"token": "read-token-01234567890", "role": "read"}]}"#,
+    )
+    .unwrap();
+    let server = ServerProc::start(dir.path(), &["--tokens", tokens.to_str().unwrap()]);
+    let anon = server.client();
+    let admin = server.client().with_token("admin-token-0123456789");
+    let writer = server.client().with_token("write-token-0123456789");
+    let reader = server.client().with_token("read-token-01234567890");
+    let wrong = server.client().with_token("nope-nope-nope-nope-nope");
+    let spec: Value = serde_json::from_str(TICKETS).unwrap();
+    assert_eq!(status_of(anon.list_stores().await).0, 401);
+    assert_eq!(status_of(wrong.list_stores().await).0, 401);
+    assert_eq!(
+        status_of(
+            writer
+                .create_store(&CreateStore::spec("a", spec.clone()))
+                .await
+        )
+        .0,
+        403
+    );
+    admin
+        .create_store(&CreateStore::spec("a", spec.clone()))
+        .await
+        .unwrap();
+    admin
+        .create_store(&CreateStore::spec("b", spec))
+        .await
+        .unwrap();
+    writer.add("a", &[json!({"id": "1"})]).await.unwrap();
+    assert_eq!(
+        status_of(writer.add("b", &[json!({"id": "1"})]).await).0,
+        403
+    );
+    assert_eq!(
+        status_of(reader.add("a", &[json!({"id": "2"})]).await).0,
+        403
+    );
+    assert!(reader.get("a", "1").await.unwrap().is_some());
+    assert_eq!(status_of(reader.merge("a").await).0, 403);
+    let visible: Vec<String> = writer
+        .list_stores()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(visible, ["a"], "a token limited to stores sees only those");
+    // Health needs no token.
+    assert_eq!(anon.health().await.unwrap()["status"], "ok");
+    drop(server);
+
+    // Listening beyond loopback needs tokens.
+    let (code, _, err) = crate::support::cli(
+        dir.path(),
+        &["serve", "--root", "data", "--addr", "0.0.0.0:0"],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("without tokens"), "{err}");
+}
+
+/// Adds from many tasks while the store merges and compacts; then SIGTERM
+/// mid-load: every add that was acknowledged is there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_and_restart_keep_every_acknowledged_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &[]);
+    let c = server.client();
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..6 {
+        let c = c.clone();
+        tasks.spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..1000 {
+                let id = format!("k{t}-{i}");
+                match c.add("tickets", &[json!({"id": id, "n": i})]).await {
+                    Ok(_) => acked.push(id),
+                    Err(_) => break,
+                }
+            }
+            acked
+        });
+    }
+    // Maintenance racing the adds.
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        c.merge("tickets").await.unwrap();
+        c.compact("tickets").await.unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let status = server.terminate();
+    assert!(status.success(), "graceful shutdown exits 0: {status}");
+    let mut acked = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        acked.extend(done.unwrap());
+    }
+    assert!(acked.len() > 10, "the load ran: {}", acked.len());
+    let server = ServerProc::start(dir.path(), &[]);
+    let c = server.client();
+    let mut missing = Vec::new();
+    for chunk in acked.chunks(500) {
+        let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let found = c.get_many("tickets", &keys).await.unwrap();
+        if found.len() != keys.len() {
+            let got: std::collections::HashSet<&str> =
+                found.iter().map(|r| r["id"].as_str().unwrap()).collect();
+            missing.extend(
+                keys.iter()
+                    .filter(|k| !got.contains(*k))
+                    .map(|k| k.to_string()),
+            );
+        }
+    }
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+}
+
+/// Generated malformed bodies at the add route: never a 5xx, never a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_never_get_a_server_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &[]);
+    let c = server.client();
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let mut seed = 0x0005_DEEC_E66D_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let values = [
+        json!(null),
+        json!(true),
+        json!(-1),
+        json!(1.5e300),
+        json!("x"),
+        json!(""),
+        json!([1, 2]),
+        json!({"k": 1}),
+        json!("3q2+7w=="),
+        json!(i64::MAX),
+    ];
+    let fields = ["id", "team", "n", "data", "zz", ""];
+    for round in 0..300 {
+        let (body, ct) = match next() % 4 {
+            0 => (
+                (0..(next() % 64))
+                    .map(|_| (next() % 256) as u8)
+                    .collect::<Vec<u8>>(),
+                "application/json",
+            ),
+            1 => {
+                let records: Vec<Value> = (0..1 + next() % 4)
+                    .map(|_| {
+                        let mut o = serde_json::Map::new();
+                        for _ in 0..next() % 5 {
+                            o.insert(
+                                fields[(next() % fields.len() as u64) as usize].to_string(),
+                                values[(next() % values.len() as u64) as usize].clone(),
+                            );
+                        }
+                        Value::Object(o)
+                    })
+                    .collect();
+                (serde_json::to_vec(&records).unwrap(), "application/json")
+            }
+            2 => (
+                values[(next() % values.len() as u64) as usize]
+                    .to_string()
+                    .into_bytes(),
+                "application/x-ndjson",
+            ),
+            _ => (
+                (0..(next() % 200))
+                    .map(|_| (next() % 256) as u8)
+                    .collect::<Vec<u8>>(),
+                "application/vnd.apache.arrow.stream",
+            ),
+        };
+        let (status, reply) = c
+            .raw("POST", "/api/v1/stores/tickets/records", ct, body.clone())
+            .await
+            .unwrap();
+        assert!(
+            status < 500,
+            "round {round}: {status} for {:?}: {}",
+            String::from_utf8_lossy(&body),
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    assert_eq!(c.health().await.unwrap()["status"], "ok");
+}
