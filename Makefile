@@ -44,9 +44,11 @@ deps:
 		rustup show active-toolchain >/dev/null; \
 		rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2; } || true
 
-## Test prerequisites: moto's S3-compatible server (object-store tests run it on 127.0.0.1).
+## Test prerequisites: moto's S3-compatible server (object-store tests run it
+## on 127.0.0.1); it brings openapi-spec-validator, which checks the server's
+## OpenAPI document.
 test-deps:
-	@python3 -c "import moto.server, flask" >/dev/null 2>&1 || { \
+	@python3 -c "import moto.server, flask, openapi_spec_validator" >/dev/null 2>&1 || { \
 		echo "installing moto[server]"; \
 		python3 -m pip install --quiet --disable-pip-version-check 'moto[server]>=5,<6'; }
 

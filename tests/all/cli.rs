@@ -61,7 +61,7 @@ fn count(root: &Path, store: &str) -> u64 {
         .unwrap()
 }
 
-const ROWS: &str = "{\"id\": \"a\", \"n\": 1, \"tag\": \"x\", \"at\": \"2026-11-30T10:00:00\", \"blob\": \"00ff\"}\n\
+const ROWS: &str = "{\"id\": \"a\", \"n\": 1, \"tag\": \"x\", \"at\": \"2026-11-30T10:00:00\", \"blob\": \"AP8=\"}\n\
                     {\"id\": \"b\", \"n\": 2, \"tag\": \"y\"}\n\
                     \n\
                     {\"id\": \"c\", \"n\": 3}\n";
@@ -411,10 +411,10 @@ fn export_then_import_round_trips_in_every_format() {
     let mut rows = String::new();
     for i in 0..2500 {
         rows.push_str(&format!(
-            "{{\"id\": \"k{i:05}\", \"n\": {i}, \"tag\": \"t{}\", \"at\": \"2026-11-30T10:00:{:02}\", \"blob\": \"{:02x}\"}}\n",
+            "{{\"id\": \"k{i:05}\", \"n\": {i}, \"tag\": \"t{}\", \"at\": \"2026-11-30T10:00:{:02}\", \"blob\": \"{:04}\"}}\n",
             i % 7,
             i % 60,
-            i % 256
+            i % 10_000
         ));
     }
     let (code, _, err) = cli(

@@ -30,6 +30,7 @@ use serde_json::Value;
 
 /// The API's error body: `{"error": {"code", "message", "details"}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// The error.
     pub error: ApiError,
@@ -37,6 +38,7 @@ pub struct ErrorBody {
 
 /// One API error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiError {
     /// A stable code: the error kind (`invalid_input`, `rejected`,
     /// `not_found`, `already_exists`, `conflict`, `busy`, `unavailable`,
@@ -47,12 +49,14 @@ pub struct ApiError {
     pub message: String,
     /// Structured details: e.g. `{"row_errors": [{"record", "column", "code", "message"}]}`.
     #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub details: Value,
 }
 
 /// `POST /api/v1/stores`: create a store from a built-in plugin, a plugin
 /// component (base64), or a SchemaSpec.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateStore {
     /// The store's name.
@@ -65,9 +69,11 @@ pub struct CreateStore {
     pub plugin_wasm_base64: Option<String>,
     /// A SchemaSpec (JSON), run by the built-in generic plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub spec: Option<Value>,
     /// Creation parameters for the plugin, by name (JSON values).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub params: BTreeMap<String, Value>,
     /// Where the data goes (default: the server's root); e.g. `s3://…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,6 +108,7 @@ impl CreateStore {
 
 /// A store: its registry entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoreInfo {
     /// The name.
     pub name: String,
@@ -112,6 +119,7 @@ pub struct StoreInfo {
     /// The pinned plugin.
     pub plugin: PluginInfo,
     /// The schema declaration (SchemaSpec JSON).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub spec: Value,
     /// When it was created (RFC 3339).
     pub created_at: String,
@@ -119,6 +127,7 @@ pub struct StoreInfo {
 
 /// The plugin a store pins.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginInfo {
     /// Its declared name.
     pub name: String,
@@ -132,6 +141,7 @@ pub struct PluginInfo {
 
 /// `GET /api/v1/stores`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoreList {
     /// The stores the caller may see.
     pub stores: Vec<StoreInfo>,
@@ -139,6 +149,7 @@ pub struct StoreList {
 
 /// The answer of an add.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Added {
     /// Records written (durable and visible).
     pub added: usize,
@@ -146,8 +157,10 @@ pub struct Added {
 
 /// A page of records (`GET /api/v1/stores/{name}/records`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Page {
     /// The records.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub records: Vec<Value>,
     /// Pass as `cursor` for the next page; absent on the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,13 +169,16 @@ pub struct Page {
 
 /// Records (`POST …/lookup`, search, a named query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Records {
     /// The records.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub records: Vec<Value>,
 }
 
 /// `POST …/lookup`: records by key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GetMany {
     /// The keys.
@@ -171,6 +187,7 @@ pub struct GetMany {
 
 /// What a delete did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Deleted {
     /// The key.
     pub key: String,
@@ -180,6 +197,7 @@ pub struct Deleted {
 
 /// The outcome of one upserted record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Upserted {
     /// The new record's key.
     pub id: String,
@@ -191,6 +209,7 @@ pub struct Upserted {
 
 /// `POST …/upsert`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UpsertResult {
     /// Per record, in input order.
     pub outcomes: Vec<Upserted>,
@@ -198,6 +217,7 @@ pub struct UpsertResult {
 
 /// `PATCH …/records/{key}`: the new version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Patched {
     /// The new version's key.
     pub id: String,
@@ -207,6 +227,7 @@ pub struct Patched {
 
 /// `POST …/queries/{query}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// The query's arguments by parameter name.
@@ -216,22 +237,26 @@ pub struct QueryRequest {
 
 /// The answer of a named query: records, or a reducing query's JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum QueryResult {
     /// A reducing query's JSON (e.g. datagen `item_state`).
     Reduced {
         /// The plugin's JSON.
+        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         result: Value,
     },
     /// The rows of the query.
     Records {
         /// The records.
+        #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
         records: Vec<Value>,
     },
 }
 
 /// `POST …/search`: nearest neighbours in a vector column.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// The vector column (named explicitly: a store may have several).
@@ -255,6 +280,7 @@ fn ten() -> usize {
 
 /// `POST …/index`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct IndexRequest {
     /// The vector column; all declared ones when absent.
@@ -264,6 +290,8 @@ pub struct IndexRequest {
 
 /// What `list` reads (`GET …/records` query parameters).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct ListParams {
     /// SQL predicate (a plain predicate: columns, literals, comparisons,
     /// AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL).
@@ -506,12 +534,8 @@ impl Client {
 
     /// Insert or supersede records by the schema's secondary key.
     pub async fn upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
-        self.send(
-            self.http
-                .post(self.store(name, "/upsert"))
-                .json(records),
-        )
-        .await
+        self.send(self.http.post(self.store(name, "/upsert")).json(records))
+            .await
     }
 
     /// Patch a record: a new version with these fields changed.

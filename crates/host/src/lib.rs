@@ -25,7 +25,9 @@ mod server;
 pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;
 pub use named::{NamedStore, QueryFailure};
-pub use pipeline::{PipelineError, conform, input_schema, prepare, rows_from_json, to_input};
+pub use pipeline::{
+    PipelineError, conform, input_schema, json_ready, prepare, rows_from_json, to_input,
+};
 pub use plugin::{
     ABI_VERSION, CacheStats, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits,
     PluginRuntime, RowError, Violation, default_cache_dir,

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
 
 use crate::plugin::{LoadedPlugin, PluginError};
 
@@ -56,13 +58,20 @@ pub fn input_schema(plugin: &LoadedPlugin) -> SchemaRef {
 }
 
 /// Parse JSON Lines (one object per line) into a batch of the input schema.
-/// Unknown fields are an error naming the field and line.
+/// Unknown fields are an error naming the field and line. Binary values are
+/// base64 strings (as [`json_ready`] writes them).
 pub fn rows_from_json(
     plugin: &LoadedPlugin,
     input: impl BufRead,
 ) -> Result<RecordBatch, PipelineError> {
     let schema = input_schema(plugin);
     let known: HashSet<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let binary: Vec<&str> = schema
+        .fields()
+        .iter()
+        .filter(|f| matches!(f.data_type(), DataType::Binary | DataType::LargeBinary))
+        .map(|f| f.name().as_str())
+        .collect();
     let mut lines = Vec::new();
     for (row, line) in input.lines().enumerate() {
         let line = line.map_err(|e| invalid(None, Some(row), format!("reading input: {e}")))?;
@@ -72,8 +81,9 @@ pub fn rows_from_json(
         // Checked here so the error names the field (the JSON reader's does not).
         let value: serde_json::Value = serde_json::from_str(&line)
             .map_err(|e| invalid(None, Some(row), format!("not JSON: {e}")))?;
+        let mut value = value;
         let object = value
-            .as_object()
+            .as_object_mut()
             .ok_or_else(|| invalid(None, Some(row), "each line must be a JSON object".into()))?;
         if let Some(unknown) = object.keys().find(|k| !known.contains(k.as_str())) {
             return Err(invalid(
@@ -82,7 +92,36 @@ pub fn rows_from_json(
                 format!("unknown field '{unknown}'"),
             ));
         }
-        lines.push(line);
+        // Binary values are base64 in JSON; Arrow's JSON reader takes hex.
+        let mut rewritten = false;
+        for name in &binary {
+            if let Some(v) = object.get_mut(*name) {
+                match v {
+                    serde_json::Value::Null => {}
+                    serde_json::Value::String(text) => {
+                        let bytes = B64.decode(text.as_bytes()).map_err(|e| {
+                            invalid(
+                                Some(name.to_string()),
+                                Some(row),
+                                format!("column '{name}': binary values are base64: {e}"),
+                            )
+                        })?;
+                        *v = serde_json::Value::String(
+                            bytes.iter().map(|b| format!("{b:02x}")).collect(),
+                        );
+                        rewritten = true;
+                    }
+                    _ => {
+                        return Err(invalid(
+                            Some(name.to_string()),
+                            Some(row),
+                            format!("column '{name}': binary values are base64 strings"),
+                        ));
+                    }
+                }
+            }
+        }
+        lines.push(if rewritten { value.to_string() } else { line });
     }
     if lines.is_empty() {
         return Err(invalid(None, None, "no records".into()));
@@ -291,6 +330,58 @@ fn lossless(from: &DataType, to: &DataType) -> bool {
         }
         _ => false,
     }
+}
+
+/// A batch as it is written to JSON: binary columns as base64 strings (the
+/// form [`rows_from_json`] reads), everything else unchanged. The CLI's JSON
+/// Lines and the server's JSON both write records through this.
+pub fn json_ready(batch: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let schema = batch.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Binary | DataType::LargeBinary))
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        let encoded: Option<ArrayRef> = match field.data_type() {
+            DataType::Binary => column
+                .as_any()
+                .downcast_ref::<arrow_array::BinaryArray>()
+                .map(|a| {
+                    Arc::new(
+                        a.iter()
+                            .map(|v| v.map(|b| B64.encode(b)))
+                            .collect::<arrow_array::StringArray>(),
+                    ) as ArrayRef
+                }),
+            DataType::LargeBinary => column
+                .as_any()
+                .downcast_ref::<arrow_array::LargeBinaryArray>()
+                .map(|a| {
+                    Arc::new(
+                        a.iter()
+                            .map(|v| v.map(|b| B64.encode(b)))
+                            .collect::<arrow_array::LargeStringArray>(),
+                    ) as ArrayRef
+                }),
+            _ => None,
+        };
+        match encoded {
+            Some(c) => {
+                fields.push(Field::new(field.name(), c.data_type().clone(), true));
+                columns.push(c);
+            }
+            None => {
+                fields.push(field.as_ref().clone());
+                columns.push(column.clone());
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// The plugin's part of every write: match the batch to the input schema

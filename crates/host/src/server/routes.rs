@@ -8,11 +8,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use base64::Engine as _;
 use lance_context_client::{
-    Added, CreateStore, Deleted, GetMany, IndexRequest, ListParams, Page, Patched, PluginInfo,
-    QueryRequest, Records, SearchRequest, StoreInfo, StoreList, UpsertResult, Upserted,
+    Added, CreateStore, Deleted, ErrorBody, GetMany, IndexRequest, ListParams, Page, Patched,
+    PluginInfo, QueryRequest, QueryResult, Records, SearchRequest, StoreInfo, StoreList,
+    UpsertResult, Upserted,
 };
 use lance_context_store::{PatchTarget, ScanRequest, SortKey, VectorQuery};
 use serde_json::{Value, json};
@@ -30,31 +31,69 @@ type Shared = Arc<AppState>;
 /// Largest page of `GET …/records`.
 const MAX_PAGE: usize = 10_000;
 
+/// The API's OpenAPI document and its routes, from the same annotations:
+/// every route is in the document by construction.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "lance-context",
+        description = "Every store of a registry: records through the store's schema plugin, named queries, vector search, maintenance. Errors are {\"error\": {\"code\", \"message\", \"details\"}}."
+    ),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// The routes and the OpenAPI document describing them.
+pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi as _;
+    use utoipa_axum::router::OpenApiRouter;
+    use utoipa_axum::routes;
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health))
+        .routes(routes!(ready))
+        .routes(routes!(list_stores, create_store))
+        .routes(routes!(describe_store, drop_store))
+        .routes(routes!(list_records, add_records))
+        .routes(routes!(get_record, delete_record, patch_record))
+        .routes(routes!(lookup))
+        .routes(routes!(upsert))
+        .routes(routes!(query))
+        .routes(routes!(search))
+        .routes(routes!(merge))
+        .routes(routes!(compact))
+        .routes(routes!(index))
+        .routes(routes!(stats))
+        .split_for_parts()
+}
+
 pub(crate) fn router(state: Shared) -> axum::Router {
-    axum::Router::new()
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .route("/api/v1/stores", get(list_stores).post(create_store))
+    let (routes, api) = routes();
+    let document = std::sync::Arc::new(api);
+    routes
         .route(
-            "/api/v1/stores/{name}",
-            get(describe_store).delete(drop_store),
+            "/api/v1/openapi.json",
+            get(move || {
+                let document = document.clone();
+                async move { Json(document.as_ref().clone()) }
+            }),
         )
-        .route(
-            "/api/v1/stores/{name}/records",
-            get(list_records).post(add_records),
-        )
-        .route(
-            "/api/v1/stores/{name}/records/{key}",
-            get(get_record).delete(delete_record).patch(patch_record),
-        )
-        .route("/api/v1/stores/{name}/lookup", post(lookup))
-        .route("/api/v1/stores/{name}/upsert", post(upsert))
-        .route("/api/v1/stores/{name}/queries/{query}", post(query))
-        .route("/api/v1/stores/{name}/search", post(search))
-        .route("/api/v1/stores/{name}/merge", post(merge))
-        .route("/api/v1/stores/{name}/compact", post(compact))
-        .route("/api/v1/stores/{name}/index", post(index))
-        .route("/api/v1/stores/{name}/stats", get(stats))
         .fallback(not_found)
         // Bodies are read by the handlers under the configured limit.
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -65,10 +104,12 @@ async fn not_found() -> ApiError {
     ApiError::of_kind(ErrorKind::NotFound, "no such route")
 }
 
+#[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, description = "the server runs")))]
 async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
+#[utoipa::path(get, path = "/ready", tag = "health", responses((status = 200, description = "the registry is readable"), (status = 500, description = "it is not", body = ErrorBody)))]
 async fn ready(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
     let stores = state.registry.list()?.len();
     Ok(Json(json!({"status": "ready", "stores": stores})))
@@ -182,6 +223,7 @@ where
     }
 }
 
+#[utoipa::path(get, path = "/api/v1/stores", tag = "stores", responses((status = 200, body = StoreList), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn list_stores(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -197,6 +239,7 @@ async fn list_stores(
     Ok(Json(StoreList { stores }))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores", tag = "stores", request_body = CreateStore, responses((status = 201, body = StoreInfo), (status = 409, description = "exists", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn create_store(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -247,6 +290,7 @@ async fn create_store(
     Ok((StatusCode::CREATED, Json(info(entry))).into_response())
 }
 
+#[utoipa::path(get, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, body = StoreInfo), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn describe_store(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -256,6 +300,7 @@ async fn describe_store(
     Ok(Json(info(state.registry.describe(&name)?)))
 }
 
+#[utoipa::path(delete, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "dropped: its data and entry"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn drop_store(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -286,6 +331,7 @@ fn content_type(headers: &HeaderMap) -> &str {
         .unwrap_or("application/json")
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content((Vec<Object> = "application/json"), (String = "application/x-ndjson"), (Vec<u8> = "application/vnd.apache.arrow.stream")), description = "records: a JSON array, JSON Lines, or an Arrow IPC stream"), responses((status = 201, body = Added), (status = 413, description = "body too large", body = ErrorBody), (status = 415, description = "content type", body = ErrorBody), (status = 422, description = "the plugin rejected records (details.row_errors)", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn add_records(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -380,6 +426,7 @@ fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+#[utoipa::path(get, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store"), ListParams), responses((status = 200, body = Page), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn list_records(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -459,6 +506,7 @@ async fn list_records(
     Ok(Json(page))
 }
 
+#[utoipa::path(get, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, description = "the record", body = Object), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn get_record(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -487,6 +535,7 @@ async fn get_record(
     Ok(Json(record))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/lookup", tag = "records", params(("name" = String, Path, description = "the store")), request_body = GetMany, responses((status = 200, body = Records), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn lookup(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -510,6 +559,7 @@ async fn lookup(
     Ok(Json(Records { records }))
 }
 
+#[utoipa::path(delete, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, body = Deleted), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn delete_record(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -540,6 +590,7 @@ fn needs(store: &OpenStore, capability: Capability, what: &str) -> Result<(), Ap
     .with_details(json!({"capability": capability.as_str()})))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/upsert", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content = Vec<Object>, description = "records to insert or supersede by the secondary key"), responses((status = 200, body = UpsertResult), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn upsert(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -567,6 +618,7 @@ async fn upsert(
     Ok(Json(result))
 }
 
+#[utoipa::path(patch, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), request_body(content = Object, description = "the fields to change"), responses((status = 200, body = Patched), (status = 409, description = "another version won", body = ErrorBody), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn patch_record(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -611,6 +663,7 @@ async fn patch_record(
     Ok(Json(patched))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/queries/{query}", tag = "queries", params(("name" = String, Path, description = "the store"), ("query" = String, Path, description = "a named query of the schema")), request_body = QueryRequest, responses((status = 200, body = QueryResult), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn query(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -640,6 +693,7 @@ async fn query(
     Ok(Json(result))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/search", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = SearchRequest, responses((status = 200, body = Records), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn search(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -663,6 +717,7 @@ async fn search(
     Ok(Json(Records { records }))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/merge", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "merge statistics"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn merge(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -683,6 +738,7 @@ async fn merge(
     Ok(Json(stats))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/compact", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "compaction statistics"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn compact(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -702,6 +758,7 @@ async fn compact(
     Ok(Json(stats))
 }
 
+#[utoipa::path(post, path = "/api/v1/stores/{name}/index", tag = "admin", params(("name" = String, Path, description = "the store")), request_body = IndexRequest, responses((status = 200, description = "the columns indexed"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn index(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -736,6 +793,7 @@ async fn index(
     Ok(Json(built))
 }
 
+#[utoipa::path(get, path = "/api/v1/stores/{name}/stats", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "the store's statistics"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
 async fn stats(
     State(state): State<Shared>,
     headers: HeaderMap,

@@ -45,6 +45,7 @@ impl Out {
             println!("(no rows)");
             return Ok(());
         }
+        let batch = &lance_context_host::json_ready(batch)?;
         // Wide records (more columns than fit side by side) print one
         // block per record, a line per column.
         let width = terminal_width().unwrap_or(120);
@@ -135,7 +136,7 @@ impl Out {
 pub fn json_lines(batch: &RecordBatch) -> Result<()> {
     let stdout = std::io::stdout();
     let mut writer = arrow_json::LineDelimitedWriter::new(stdout.lock());
-    writer.write(batch)?;
+    writer.write(&lance_context_host::json_ready(batch)?)?;
     writer.finish()?;
     Ok(())
 }

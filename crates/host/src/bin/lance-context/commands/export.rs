@@ -57,7 +57,7 @@ enum Sink {
 impl Sink {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         match self {
-            Self::Jsonl(w) => w.write(batch)?,
+            Self::Jsonl(w) => w.write(&lance_context_host::json_ready(batch)?)?,
             Self::Arrow(w) => w.write(batch)?,
             Self::Parquet(w) => w.write(batch)?,
         }
