@@ -663,3 +663,115 @@ async fn the_openapi_document_is_valid_and_lists_every_route() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The CLI through a server: add (JSON Lines and Arrow), get, scan, query;
+/// refusals name the input's lines; exit codes as locally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_works_through_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        r#"{"tokens": [{"token": "admin-token-0123456789", "role": "admin"}]}"#,
+    )
+    .unwrap();
+    let server = ServerProc::start(dir.path(), &["--tokens", tokens.to_str().unwrap()]);
+    let c = server.client().with_token("admin-token-0123456789");
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let url = server.url.clone();
+    let root = dir.path().to_path_buf();
+    let run = move |args: Vec<String>, stdin: String| {
+        let root = root.clone();
+        let url = url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut all = vec![
+                    "--json".to_string(),
+                    "store".into(),
+                    "--server".into(),
+                    url,
+                    "--token".into(),
+                    "admin-token-0123456789".into(),
+                ];
+                all.extend(args);
+                let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+                crate::support::cli(&root, &refs, stdin)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let mut lines = String::new();
+    for i in 0..30 {
+        lines.push_str(&format!(
+            "{{\"id\": \"t{i:02}\", \"team\": \"a\", \"n\": {i}}}\n"
+        ));
+    }
+    let (code, out, err) = run(
+        vec![
+            "add".into(),
+            "tickets".into(),
+            "-".into(),
+            "--batch-rows".into(),
+            "7".into(),
+        ],
+        lines,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let added: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(added["records"], 30);
+    assert_eq!(added["batches"], 5);
+    let (code, _, err) = run(
+        vec!["add".into(), "tickets".into(), "-".into()],
+        "{\"id\": \"ok\"}\n\n{\"id\": \"bad\", \"n\": -3}\n".into(),
+    )
+    .await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 3"), "the input's line: {err}");
+    let (code, out, err) = run(
+        vec!["get".into(), "tickets".into(), "t03".into()],
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(out.trim()).unwrap()["n"], 3);
+    let (code, _, err) = run(
+        vec!["get".into(), "tickets".into(), "zz".into()],
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 3, "{err}");
+    let (code, out, err) = run(
+        vec![
+            "scan".into(),
+            "tickets".into(),
+            "--filter".into(),
+            "n < 12".into(),
+        ],
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 12);
+    let (code, out, err) = run(
+        vec![
+            "query".into(),
+            "tickets".into(),
+            "by_team".into(),
+            "--arg".into(),
+            "team=a".into(),
+        ],
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 30);
+    let (code, _, err) = run(vec!["merge".into(), "tickets".into()], String::new()).await;
+    assert_eq!(code, 2, "not over --server: {err}");
+}

@@ -180,6 +180,39 @@ impl Input {
     /// The next chunk (at most `batch_rows` rows), matched to the plugin's
     /// input schema; `None` at the end. An input problem names its line or row.
     pub fn next_chunk(&mut self, plugin: &LoadedPlugin) -> Result<Option<Chunk>> {
+        match self.next_raw()? {
+            None => Ok(None),
+            Some(Raw::Lines { lines, text }) => {
+                let batch = rows_from_json(plugin, text.as_slice()).map_err(|e| {
+                    let at = match &e {
+                        PipelineError::InvalidInput { row: Some(row), .. } => {
+                            format!("line {}", lines.get(*row).copied().unwrap_or(0))
+                        }
+                        _ => format!("lines {}–{}", lines[0], lines[lines.len() - 1]),
+                    };
+                    anyhow::Error::new(e).context(at)
+                })?;
+                Ok(Some(Chunk {
+                    batch,
+                    positions: Positions::Lines(lines),
+                }))
+            }
+            Some(Raw::Batch { batch, first }) => {
+                let take = batch.num_rows();
+                let batch = conform(plugin, &batch).map_err(|e| {
+                    anyhow::Error::new(e).context(format!("rows {first}–{}", first + take - 1))
+                })?;
+                Ok(Some(Chunk {
+                    batch,
+                    positions: Positions::Rows { first },
+                }))
+            }
+        }
+    }
+
+    /// The next chunk as read, not yet matched to a schema (for a server,
+    /// which matches it itself).
+    pub fn next_raw(&mut self) -> Result<Option<Raw>> {
         match &mut self.source {
             Source::Jsonl { reader, line } => {
                 let mut lines: Vec<usize> = Vec::new();
@@ -212,19 +245,7 @@ impl Input {
                 if lines.is_empty() {
                     return Ok(None);
                 }
-                let batch = rows_from_json(plugin, text.as_slice()).map_err(|e| {
-                    let at = match &e {
-                        PipelineError::InvalidInput { row: Some(row), .. } => {
-                            format!("line {}", lines.get(*row).copied().unwrap_or(0))
-                        }
-                        _ => format!("lines {}–{}", lines[0], lines[lines.len() - 1]),
-                    };
-                    anyhow::Error::new(e).context(at)
-                })?;
-                Ok(Some(Chunk {
-                    batch,
-                    positions: Positions::Lines(lines),
-                }))
+                Ok(Some(Raw::Lines { lines, text }))
             }
             Source::Batches {
                 batches,
@@ -264,16 +285,21 @@ impl Input {
                 let first = *next_row + 1;
                 *next_row += take;
                 self.progress += take as u64;
-                let batch = conform(plugin, &chunk).map_err(|e| {
-                    anyhow::Error::new(e).context(format!("rows {first}–{}", first + take - 1))
-                })?;
-                Ok(Some(Chunk {
-                    batch,
-                    positions: Positions::Rows { first },
+                Ok(Some(Raw::Batch {
+                    batch: chunk,
+                    first,
                 }))
             }
         }
     }
+}
+
+/// A chunk as read (see [`Input::next_raw`]).
+pub enum Raw {
+    /// JSON Lines: the text (blank lines dropped) and each record's line.
+    Lines { lines: Vec<usize>, text: Vec<u8> },
+    /// Arrow or Parquet rows, the first one's 1-based number.
+    Batch { batch: RecordBatch, first: usize },
 }
 
 fn batches_source(batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>>>) -> Source {

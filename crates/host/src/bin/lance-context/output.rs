@@ -58,6 +58,57 @@ impl Out {
         Ok(())
     }
 
+    /// Records as JSON values (from a server): JSON Lines, or a table.
+    pub fn values(&self, records: &[serde_json::Value]) -> Result<()> {
+        if self.json {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for r in records {
+                serde_json::to_writer(&mut out, r)?;
+                out.write_all(b"\n")?;
+            }
+            return Ok(());
+        }
+        if records.is_empty() {
+            println!("(no rows)");
+            return Ok(());
+        }
+        let mut columns: Vec<String> = Vec::new();
+        for r in records {
+            for k in r.as_object().map(|o| o.keys()).into_iter().flatten() {
+                if !columns.contains(k) {
+                    columns.push(k.clone());
+                }
+            }
+        }
+        let cell = |v: Option<&serde_json::Value>| match v {
+            None | Some(serde_json::Value::Null) => "null".to_string(),
+            Some(serde_json::Value::String(s)) => cut(s),
+            Some(other) => cut(&other.to_string()),
+        };
+        let width = terminal_width().unwrap_or(120);
+        if columns.len() * 14 > width {
+            let pad = columns.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+            for (i, r) in records.iter().enumerate() {
+                println!("── record {} ──", i + 1);
+                for c in &columns {
+                    if let Some(v) = r.get(c).filter(|v| !v.is_null()) {
+                        println!("{c:<pad$}  {}", cell(Some(v)));
+                    }
+                }
+            }
+        } else {
+            let mut table = new_table();
+            table.set_header(columns.clone());
+            for r in records {
+                table.add_row(columns.iter().map(|c| cell(r.get(c))).collect::<Vec<_>>());
+            }
+            println!("{table}");
+        }
+        println!("({} row(s))", records.len());
+        Ok(())
+    }
+
     /// One result object: a JSON line, or the sentence `human` gives.
     pub fn item<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
         if self.json {

@@ -7,6 +7,7 @@ pub mod dataset;
 pub mod demo;
 pub mod export;
 pub mod plugin;
+pub mod remote;
 pub mod report;
 pub mod serve;
 pub mod store;

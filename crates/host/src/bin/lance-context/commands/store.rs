@@ -31,6 +31,18 @@ pub struct StoreArgs {
     /// Values are never recorded: pass them on every command.
     #[arg(long = "storage-option", value_parser = parse_storage_option, global = true)]
     storage_options: Vec<StorageOption>,
+    /// Work through a running server (`lance-context serve`) at this URL
+    /// instead of opening the store: add, get, scan and query.
+    #[arg(long, global = true, value_name = "URL")]
+    server: Option<String>,
+    /// The bearer token for --server (default: $LANCE_CONTEXT_TOKEN).
+    #[arg(
+        long,
+        global = true,
+        env = "LANCE_CONTEXT_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     #[command(subcommand)]
     command: StoreCommand,
 }
@@ -203,6 +215,13 @@ struct Listed {
 }
 
 pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
+    if let Some(url) = &args.server {
+        let mut client = lance_context_client::Client::new(url);
+        if let Some(token) = &args.token {
+            client = client.with_token(token);
+        }
+        return remote(&client, args.command, out).await;
+    }
     let runtime = Arc::new(PluginRuntime::new(
         PluginLimits::default(),
         lance_context_host::default_cache_dir().as_deref(),
@@ -514,6 +533,76 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             }
             out.rows(&named.query(&query, &args).await?)
         }
+    }
+}
+
+/// The commands that work through a server.
+async fn remote(
+    client: &lance_context_client::Client,
+    command: StoreCommand,
+    out: Out,
+) -> Result<()> {
+    use super::remote;
+    let local_only = |what: &str| {
+        usage(format!(
+            "{what} is not available with --server (add, get, scan and query are); use the server's API or run it where the data root is"
+        ))
+    };
+    match command {
+        StoreCommand::Add(c) => {
+            ensure_usage(!c.dry_run, || {
+                "--dry-run is not available with --server".into()
+            })?;
+            ensure_usage(c.batch_rows > 0, || {
+                "--batch-rows must be at least 1".into()
+            })?;
+            remote::add(
+                client,
+                &c.name,
+                c.file.as_ref(),
+                c.format,
+                c.batch_rows,
+                out,
+            )
+            .await
+        }
+        StoreCommand::Get {
+            name,
+            ids,
+            columns,
+            as_of,
+        } => {
+            ensure_usage(columns.is_none() && as_of.as_of.is_none(), || {
+                "--columns and --as-of are not available with --server".into()
+            })?;
+            remote::get(client, &name, &ids, out).await
+        }
+        StoreCommand::Scan { name, scan, as_of } => {
+            ensure_usage(as_of.as_of.is_none(), || {
+                "--as-of is not available with --server".into()
+            })?;
+            remote::scan(client, &name, scan, out).await
+        }
+        StoreCommand::Query {
+            name,
+            query: Some(query),
+            args,
+            as_of,
+        } => {
+            ensure_usage(as_of.as_of.is_none(), || {
+                "--as-of is not available with --server".into()
+            })?;
+            remote::query(client, &name, &query, &args, out).await
+        }
+        StoreCommand::Query { query: None, .. } => Err(local_only("listing queries")),
+        other => Err(local_only(&format!(
+            "'{}'",
+            format!("{other:?}")
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or("this command")
+                .to_lowercase()
+        ))),
     }
 }
 

@@ -1,0 +1,217 @@
+//! `lance-context store --server URL …`: add, get, scan and query through a
+//! running server (`lance-context serve`) instead of opening the store.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use lance_context_client::{Client, ClientError, ListParams, QueryResult};
+use serde_json::Value;
+
+use crate::args::{ScanArgs, usage};
+use crate::exit::Refused;
+use crate::input::{Format, Input, Raw};
+use crate::output::Out;
+
+/// A server's answer as this CLI's error: its kind from the API's code (the
+/// server maps kinds to codes in one place; this maps them back).
+fn failed(e: ClientError) -> anyhow::Error {
+    let kind = match e.code() {
+        Some("invalid_input") => lance_context_host::ErrorKind::InvalidInput,
+        Some("rejected") => lance_context_host::ErrorKind::Rejected,
+        Some("not_found") => lance_context_host::ErrorKind::NotFound,
+        Some("already_exists") => lance_context_host::ErrorKind::AlreadyExists,
+        Some("conflict") => lance_context_host::ErrorKind::Conflict,
+        Some("busy" | "deadline") => lance_context_host::ErrorKind::Busy,
+        Some("unavailable") => lance_context_host::ErrorKind::Unavailable,
+        Some("plugin_fault") => lance_context_host::ErrorKind::PluginFault,
+        Some("unauthorized" | "forbidden" | "payload_too_large") => {
+            lance_context_host::ErrorKind::InvalidInput
+        }
+        _ => lance_context_host::ErrorKind::Internal,
+    };
+    let details = match &e {
+        ClientError::Api { error, .. } => error.details.clone(),
+        _ => Value::Null,
+    };
+    Refused {
+        kind,
+        message: format!("the server: {e}"),
+        details,
+    }
+    .into()
+}
+
+/// Add a file's records through the server, a batch per request.
+pub async fn add(
+    client: &Client,
+    name: &str,
+    file: Option<&PathBuf>,
+    format: Option<Format>,
+    batch_rows: usize,
+    out: Out,
+) -> Result<()> {
+    let format = Format::pick(format, file.map(PathBuf::as_path));
+    let mut input = Input::open(file, format, batch_rows)?;
+    let bar = out.bar(input.total, &format!("adding to {name}"));
+    let (mut added, mut batches) = (0usize, 0usize);
+    let started = std::time::Instant::now();
+    while let Some(raw) = input.next_raw()? {
+        let (result, lines, first) = match raw {
+            Raw::Lines { lines, text } => (
+                client
+                    .raw(
+                        "POST",
+                        &format!("/api/v1/stores/{name}/records"),
+                        "application/x-ndjson",
+                        text,
+                    )
+                    .await
+                    .map_err(failed)?,
+                Some(lines),
+                0,
+            ),
+            Raw::Batch { batch, first } => {
+                let bytes = lance_context_wire::encode(&[batch])
+                    .map_err(|e| usage(format!("encoding rows {first}…: {e}")))?;
+                (
+                    client
+                        .raw(
+                            "POST",
+                            &format!("/api/v1/stores/{name}/records"),
+                            "application/vnd.apache.arrow.stream",
+                            bytes,
+                        )
+                        .await
+                        .map_err(failed)?,
+                    None,
+                    first,
+                )
+            }
+        };
+        let (status, body) = result;
+        let at = |record: u64| match &lines {
+            Some(lines) => format!("line {}", lines.get(record as usize).copied().unwrap_or(0)),
+            None => format!("row {}", first + record as usize),
+        };
+        if status != 201 {
+            let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut message = error["error"]["message"]
+                .as_str()
+                .unwrap_or("the server refused the batch")
+                .to_string();
+            if let Some(rows) = error["error"]["details"]["row_errors"].as_array() {
+                for r in rows {
+                    eprintln!(
+                        "rejected: {}{}: {}",
+                        at(r["record"].as_u64().unwrap_or(0)),
+                        r["column"]
+                            .as_str()
+                            .map(|c| format!(", column '{c}'"))
+                            .unwrap_or_default(),
+                        r["message"].as_str().unwrap_or_default()
+                    );
+                }
+                message = format!("{} record problem(s), listed above", rows.len());
+            } else if let Some(record) = error["error"]["details"]["record"].as_u64() {
+                message = format!("{}: {message}", at(record));
+            }
+            let code = error["error"]["code"].as_str().unwrap_or("internal");
+            bar.finish_and_clear();
+            return Err(failed(ClientError::Api {
+                status,
+                error: lance_context_client::ApiError {
+                    code: code.to_string(),
+                    message: format!(
+                        "{message} ({} record(s) added before this batch, none from it)",
+                        added
+                    ),
+                    details: Value::Null,
+                },
+            }));
+        }
+        let reply: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        added += reply["added"].as_u64().unwrap_or(0) as usize;
+        batches += 1;
+        match input.total {
+            Some(_) => bar.set_position(input.progress),
+            None => bar.set_position(added as u64),
+        }
+    }
+    bar.finish_and_clear();
+    if added == 0 {
+        return Err(usage("no records in the input"));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    out.item(
+        &serde_json::json!({
+            "store": name, "records": added, "batches": batches, "dry_run": false,
+            "seconds": seconds, "records_per_second": added as f64 / seconds.max(1e-9),
+        }),
+        || format!("added {added} record(s) to '{name}' through the server in {batches} batch(es), {seconds:.1} s"),
+    )
+}
+
+pub async fn get(client: &Client, name: &str, ids: &[String], out: Out) -> Result<()> {
+    let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let key = client.describe_store(name).await.map_err(failed)?.spec["key"]
+        .as_str()
+        .unwrap_or("id")
+        .to_string();
+    let records = client.get_many(name, &keys).await.map_err(failed)?;
+    out.values(&records)?;
+    let found: std::collections::HashSet<&str> = records
+        .iter()
+        .filter_map(|r| r.get(&key).and_then(Value::as_str))
+        .collect();
+    let missing: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| !found.contains(k))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(lance_context_store::Error::NotFound {
+        what: format!("no record with key {}", missing.join(", ")),
+    }
+    .into())
+}
+
+pub async fn scan(client: &Client, name: &str, scan: ScanArgs, out: Out) -> Result<()> {
+    let paging = scan.order_by.is_empty() && scan.offset.is_none() && scan.limit.is_none();
+    let mut params = ListParams {
+        filter: scan.filter,
+        order_by: (!scan.order_by.is_empty()).then(|| scan.order_by.join(",")),
+        columns: scan.columns.map(|c| c.join(",")),
+        limit: Some(scan.limit.unwrap_or(10_000)),
+        offset: scan.offset,
+        cursor: None,
+    };
+    let mut all = Vec::new();
+    loop {
+        let page = client.list(name, &params).await.map_err(failed)?;
+        all.extend(page.records);
+        match page.next_cursor {
+            Some(cursor) if paging => params.cursor = Some(cursor),
+            _ => break,
+        }
+    }
+    out.values(&all)
+}
+
+pub async fn query(
+    client: &Client,
+    name: &str,
+    query: &str,
+    args: &[(String, String)],
+    out: Out,
+) -> Result<()> {
+    let args: Vec<(&str, &str)> = args.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    match client.query(name, query, &args).await.map_err(failed)? {
+        QueryResult::Reduced { result } => {
+            println!("{result}");
+            Ok(())
+        }
+        QueryResult::Records { records } => out.values(&records),
+    }
+}
