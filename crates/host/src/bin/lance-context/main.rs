@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use commands::{bench, bench_plugins, dataset, demo, plugin, serve, store, torture};
+use commands::{bench, bench_plugins, bench_server, dataset, demo, plugin, serve, store, torture};
 use output::Out;
 
 #[derive(Parser, Debug)]
@@ -60,6 +60,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Benchmark the plugin boundary: adds through the rollout plugin vs native.
     BenchPlugins(bench_plugins::PluginBenchArgs),
+    /// Benchmark the REST server: adds and gets over loopback HTTP vs in process.
+    BenchServer(bench_server::ServerBenchArgs),
     /// Seeded crash trials: a writer (and an operator's maintenance) killed at
     /// random moments, then every acknowledged write checked.
     Torture(torture::TortureArgs),
@@ -133,6 +135,7 @@ async fn run(command: Command, out: Out) -> Result<()> {
         Command::Dataset(c) => c.execute(out).await,
         Command::Bench(args) => bench::run(args).await,
         Command::BenchPlugins(args) => bench_plugins::run(args).await,
+        Command::BenchServer(args) => bench_server::run(args).await,
         Command::Torture(args) => torture::run(args).await,
         Command::TortureWriter(args) => torture::writer(args).await,
         Command::TortureMaintainer(args) => torture::maintainer(args).await,
