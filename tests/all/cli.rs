@@ -300,7 +300,7 @@ fn bad_files_are_refused_by_line_and_write_nothing() {
                 "w.jsonl",
                 b"{\"id\": \"a\", \"n\": 1}\n\n{\"id\": \"b\", \"n\": \"many\"}\n",
             ),
-            "line",
+            "line 3",
         ),
         (
             "unknown column",

@@ -285,9 +285,13 @@ async fn bad_input_gets_a_typed_status_and_says_where() {
         "unknown field 'colour'",
     );
     expect(
-        add("tickets", json!([{"id": "a", "n": "many"}])).await,
+        add(
+            "tickets",
+            json!([{"id": "a", "n": 1}, {"id": "b", "n": "many"}]),
+        )
+        .await,
         400,
-        "n",
+        "record 1",
     );
     expect(
         add("tickets", json!([{"id": "a", "n": -1}])).await,

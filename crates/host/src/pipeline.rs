@@ -73,6 +73,8 @@ pub fn rows_from_json(
         .map(|f| f.name().as_str())
         .collect();
     let mut lines = Vec::new();
+    // The input row (line index) of each line kept.
+    let mut rows: Vec<usize> = Vec::new();
     for (row, line) in input.lines().enumerate() {
         let line = line.map_err(|e| invalid(None, Some(row), format!("reading input: {e}")))?;
         if line.trim().is_empty() {
@@ -122,6 +124,7 @@ pub fn rows_from_json(
             }
         }
         lines.push(if rewritten { value.to_string() } else { line });
+        rows.push(row);
     }
     if lines.is_empty() {
         return Err(invalid(None, None, "no records".into()));
@@ -148,7 +151,24 @@ pub fn rows_from_json(
         .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
     let mut batches = Vec::new();
     for batch in &mut reader {
-        batches.push(batch.map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?);
+        match batch {
+            Ok(batch) => batches.push(batch),
+            Err(e) => {
+                // Arrow's reader does not say which line: find it (the
+                // error path only; each line alone).
+                let row = lines
+                    .iter()
+                    .position(|line| {
+                        arrow_json::ReaderBuilder::new(reading.clone())
+                            .with_strict_mode(true)
+                            .build(std::io::Cursor::new(line.as_bytes()))
+                            .map(|r| r.into_iter().any(|b| b.is_err()))
+                            .unwrap_or(true)
+                    })
+                    .and_then(|i| rows.get(i).copied());
+                return Err(invalid(None, row, format!("reading JSON: {e}")));
+            }
+        }
     }
     let read = arrow_select::concat::concat_batches(&reading, &batches)
         .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
