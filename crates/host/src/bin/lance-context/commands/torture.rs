@@ -48,8 +48,10 @@ const SPEC: &str = r#"{
   "columns": [
     {"name": "id", "type": "Utf8", "nullable": false},
     {"name": "v", "type": "Int64", "nullable": false, "rules": {"min": 0}},
-    {"name": "note", "type": "Utf8"}
-  ]
+    {"name": "note", "type": "Utf8"},
+    {"name": "e", "type": "FixedSizeList(2 x Float32)"}
+  ],
+  "vectors": [{"column": "e", "dimension": 2, "metric": "l2"}]
 }"#;
 
 #[derive(Args, Debug)]
@@ -125,8 +127,21 @@ fn rows(keys: &[u64], value: i64, note_len: usize) -> Result<RecordBatch> {
         Field::new("id", DataType::Utf8, true),
         Field::new("v", DataType::Int64, true),
         Field::new("note", DataType::Utf8, true),
+        Field::new(
+            "e",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 2),
+            true,
+        ),
     ]));
     let note = "n".repeat(note_len);
+    let vectors = arrow_array::FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        2,
+        Arc::new(arrow_array::Float32Array::from_iter_values(
+            keys.iter().flat_map(|k| [*k as f32, (value % 1000) as f32]),
+        )),
+        None,
+    )?;
     Ok(RecordBatch::try_new(
         schema,
         vec![
@@ -135,6 +150,7 @@ fn rows(keys: &[u64], value: i64, note_len: usize) -> Result<RecordBatch> {
             )),
             Arc::new(Int64Array::from(vec![value; keys.len()])),
             Arc::new(StringArray::from(vec![Some(note.as_str()); keys.len()])),
+            Arc::new(vectors),
         ],
     )?)
 }
@@ -208,7 +224,31 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
                         .map_err(store_error),
                 )
             }
-            90..=96 => {
+            90..=92 => {
+                // Builds (or rebuilds) the vector index: its own commit.
+                say(format!("B {op} index"));
+                (
+                    "index",
+                    named
+                        .build_vector_index("e")
+                        .await
+                        .map(|_| String::new())
+                        .map_err(store_error),
+                )
+            }
+            93..=94 => {
+                // Removes old versions by the retention policy now.
+                say(format!("B {op} cleanup"));
+                (
+                    "cleanup",
+                    named
+                        .apply_retention()
+                        .await
+                        .map(|_| String::new())
+                        .map_err(store_error),
+                )
+            }
+            95..=97 => {
                 say(format!("B {op} compact"));
                 (
                     "compact",
@@ -238,6 +278,8 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
                         }
                     }
                     ErrorKind::Busy => tokio::time::sleep(Duration::from_millis(50)).await,
+                    // Too few rows to train the index yet: a refusal, not a fault.
+                    ErrorKind::InvalidInput if kind == "index" => {}
                     _ => bail!("unexpected error in op {op} ({kind}): {message}"),
                 }
             }
@@ -624,6 +666,13 @@ pub async fn run(args: TortureArgs) -> Result<()> {
         }
         if args.dir.is_none() {
             let _ = std::fs::remove_dir_all(&root);
+        }
+        // A long soak says how it goes (and leaves a result if it is stopped).
+        if done % 50 == 0 {
+            println!(
+                "progress: {done} trials in {:.0?}; {acknowledged} operations acknowledged; rows lost {lost}, deletes undone {resurrected}, keys duplicated {duplicated}, failed trials {failed}",
+                started.elapsed()
+            );
         }
     }
     println!(
