@@ -946,3 +946,52 @@ fn rejected_records_are_named_by_line_once() {
     assert_eq!(e["error"]["kind"], "rejected");
     assert_eq!(e["error"]["details"]["row_errors"][0]["at"], "line 31");
 }
+
+/// JSON values are never coerced: a fraction for an integer, a string for
+/// a number, a number for a timestamp, a vector with a null, a NaN-like or
+/// an out-of-range element or the wrong length — each refused, naming line
+/// and column, and nothing written.
+#[test]
+fn json_values_are_not_coerced() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = root.join("typed.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "typed", "key": "id", "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "n", "type": "Int32"},
+            {"name": "u", "type": "UInt8"},
+            {"name": "at", "type": "Timestamp(Microsecond, None)"},
+            {"name": "v", "type": "FixedSizeList(2 x Float32)"},
+            {"name": "tags", "type": "List(Utf8)"}]}"#,
+    )
+    .unwrap();
+    ok(
+        root,
+        &["store", "create", "typed", "--spec", spec.to_str().unwrap()],
+    );
+    let good = "{\"id\": \"ok\", \"n\": 3, \"u\": 255, \"at\": \"2026-11-30T10:00:00Z\", \"v\": [1.5, 2], \"tags\": [\"a\"]}\n";
+    for (bad, column, says) in [
+        ("\"n\": 3.99", "n", "expected an integer"),
+        ("\"n\": \"2\"", "n", "expected an integer"),
+        ("\"n\": 3000000000", "n", "out of range"),
+        ("\"u\": -1", "u", "out of range"),
+        ("\"at\": 1700000000", "at", "timestamp"),
+        ("\"at\": \"yesterday\"", "at", "not a timestamp"),
+        ("\"v\": [1.0]", "v", "expected 2 values"),
+        ("\"v\": [1.0, null]", "v", "item 1 is null"),
+        ("\"v\": [1e39, 1.0]", "v", "out of range for Float32"),
+        ("\"tags\": [1]", "tags", "expected a string"),
+    ] {
+        let input = format!("{good}{{\"id\": \"bad\", {bad}}}\n");
+        let (code, _, err) = cli(root, &["store", "add", "typed", "-"], &input);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("line 2"), "{bad}: {err}");
+        assert!(err.contains(&format!("column '{column}'")), "{bad}: {err}");
+        assert!(err.contains(says), "{bad}: expected '{says}' in {err}");
+        assert_eq!(count(root, "typed"), 0, "{bad}: nothing written");
+    }
+    let (code, _, err) = cli(root, &["store", "add", "typed", "-"], good);
+    assert_eq!(code, 0, "{err}");
+}

@@ -94,6 +94,20 @@ pub fn rows_from_json(
                 format!("unknown field '{unknown}'"),
             ));
         }
+        // Strict: a value of another JSON type, out of range, or a vector
+        // of the wrong length is refused — never coerced (Arrow's reader
+        // would truncate 3.9 to 3 or read "2" as 2).
+        for field in schema.fields() {
+            if let Some(v) = object.get(field.name())
+                && let Err(problem) = check_json(field.data_type(), v)
+            {
+                return Err(invalid(
+                    Some(field.name().clone()),
+                    Some(row),
+                    format!("column '{}': {problem}", field.name()),
+                ));
+            }
+        }
         // Binary values are base64 in JSON; Arrow's JSON reader takes hex.
         let mut rewritten = false;
         for name in &binary {
@@ -349,6 +363,117 @@ fn lossless(from: &DataType, to: &DataType) -> bool {
             a.data_type() == b.data_type() || lossless(a.data_type(), b.data_type())
         }
         _ => false,
+    }
+}
+
+/// Whether a JSON value fits a column of type `dt` without conversion: the
+/// problem otherwise. Null fits any type (nullability is checked later).
+fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value as J;
+    if v.is_null() {
+        return Ok(());
+    }
+    let kind = |v: &J| match v {
+        J::Null => "null",
+        J::Bool(_) => "a boolean",
+        J::Number(_) => "a number",
+        J::String(_) => "a string",
+        J::Array(_) => "an array",
+        J::Object(_) => "an object",
+    };
+    let expected = |what: &str| Err(format!("expected {what}, got {} ({v})", kind(v)));
+    let int = |min: i64, max: i64| match v.as_i64() {
+        Some(i) if (min..=max).contains(&i) => Ok(()),
+        Some(i) => Err(format!("{i} is out of range ({min}..={max})")),
+        None => match v.as_u64() {
+            Some(u) => Err(format!("{u} is out of range ({min}..={max})")),
+            None => expected("an integer"),
+        },
+    };
+    let uint = |max: u64| match v.as_u64() {
+        Some(u) if u <= max => Ok(()),
+        Some(u) => Err(format!("{u} is out of range (0..={max})")),
+        None => match v.as_i64() {
+            Some(i) => Err(format!("{i} is out of range (0..={max})")),
+            None => expected("a non-negative integer"),
+        },
+    };
+    match dt {
+        DataType::Boolean => v
+            .is_boolean()
+            .then_some(())
+            .ok_or(())
+            .or_else(|()| expected("a boolean")),
+        DataType::Int8 => int(i8::MIN.into(), i8::MAX.into()),
+        DataType::Int16 => int(i16::MIN.into(), i16::MAX.into()),
+        DataType::Int32 => int(i32::MIN.into(), i32::MAX.into()),
+        DataType::Int64 => int(i64::MIN, i64::MAX),
+        DataType::UInt8 => uint(u8::MAX.into()),
+        DataType::UInt16 => uint(u16::MAX.into()),
+        DataType::UInt32 => uint(u32::MAX.into()),
+        DataType::UInt64 => uint(u64::MAX),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => match v.as_f64() {
+            Some(f) if matches!(dt, DataType::Float32) && !(f as f32).is_finite() => {
+                Err(format!("{f} is out of range for Float32"))
+            }
+            Some(_) => Ok(()),
+            None => expected("a number"),
+        },
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(..) => v
+            .is_string()
+            .then_some(())
+            .ok_or(())
+            .or_else(|()| expected("a string")),
+        DataType::Date32 => match v.as_str() {
+            Some(s) if chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok() => Ok(()),
+            Some(s) => Err(format!("'{s}' is not a date (YYYY-MM-DD)")),
+            None => expected("a date string (YYYY-MM-DD)"),
+        },
+        DataType::Timestamp(..) => match v.as_str() {
+            Some(s)
+                if chrono::DateTime::parse_from_rfc3339(s).is_ok()
+                    || chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").is_ok() =>
+            {
+                Ok(())
+            }
+            Some(s) => Err(format!(
+                "'{s}' is not a timestamp (RFC 3339, e.g. 2026-11-30T10:00:00Z, or without a zone)"
+            )),
+            None => expected("a timestamp string (RFC 3339)"),
+        },
+        DataType::List(f) | DataType::LargeList(f) => match v.as_array() {
+            Some(items) => items.iter().enumerate().try_for_each(|(i, item)| {
+                check_json(f.data_type(), item).map_err(|p| format!("item {i}: {p}"))
+            }),
+            None => expected("an array"),
+        },
+        DataType::FixedSizeList(f, n) => match v.as_array() {
+            Some(items) if items.len() != *n as usize => {
+                Err(format!("expected {n} values, got {}", items.len()))
+            }
+            Some(items) => items.iter().enumerate().try_for_each(|(i, item)| {
+                if item.is_null() {
+                    return Err(format!("item {i} is null"));
+                }
+                check_json(f.data_type(), item).map_err(|p| format!("item {i}: {p}"))
+            }),
+            None => expected(&format!("an array of {n} values")),
+        },
+        DataType::Struct(fields) => match v.as_object() {
+            Some(o) => {
+                if let Some(unknown) = o.keys().find(|k| fields.find(k).is_none()) {
+                    return Err(format!("unknown field '{unknown}'"));
+                }
+                fields.iter().try_for_each(|f| match o.get(f.name()) {
+                    Some(item) => {
+                        check_json(f.data_type(), item).map_err(|p| format!("{}: {p}", f.name()))
+                    }
+                    None => Ok(()),
+                })
+            }
+            None => expected("an object"),
+        },
+        _ => Ok(()),
     }
 }
 
