@@ -779,3 +779,128 @@ async fn the_cli_works_through_a_server() {
     let (code, _, err) = run(vec!["merge".into(), "tickets".into()], String::new()).await;
     assert_eq!(code, 2, "not over --server: {err}");
 }
+
+/// Findings of a review, each reproduced here: a half-sent request does not
+/// hold shutdown; errors axum answers itself are JSON; a filter that cannot
+/// be evaluated is 400, not 500; an anonymous create is 401 before its body
+/// is read; the bearer scheme is case-insensitive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_findings_of_the_server_stay_fixed() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        r#"{"tokens": [{"token": "admin-token-0123456789", "role": "admin"}]}"#,
+    )
+    .unwrap();
+    let server = ServerProc::start(
+        dir.path(),
+        &[
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--request-timeout-secs",
+            "1",
+        ],
+    );
+    let c = server.client().with_token("admin-token-0123456789");
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    c.add("tickets", &[json!({"id": "a", "n": 1})])
+        .await
+        .unwrap();
+    // 401 before the body is read.
+    let (status, _) = server
+        .client()
+        .raw(
+            "POST",
+            "/api/v1/stores",
+            "application/json",
+            b"garbage".to_vec(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 401);
+    // A lower-case scheme.
+    let lower = reqwest_like_get(
+        &server.url,
+        "/api/v1/stores",
+        "bearer admin-token-0123456789",
+    );
+    assert_eq!(lower, 200);
+    // A wrong method: JSON error body.
+    let (status, body) = c
+        .raw(
+            "PUT",
+            "/api/v1/stores/tickets/records/a",
+            "application/json",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 405);
+    let e: Value = serde_json::from_slice(&body).expect("a JSON error body");
+    assert_eq!(e["error"]["code"], "method_not_allowed");
+    // A query string that does not parse: JSON too.
+    let (status, body) = c
+        .raw(
+            "GET",
+            "/api/v1/stores/tickets/records?limit=abc",
+            "application/json",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 400);
+    assert!(serde_json::from_slice::<Value>(&body).is_ok());
+    // A filter that cannot be evaluated on the store: 400.
+    let r = c
+        .list(
+            "tickets",
+            &ListParams {
+                filter: Some("id > 5".into()),
+                ..ListParams::default()
+            },
+        )
+        .await;
+    let (status, message) = status_of(r);
+    assert_eq!(status, 400, "{message}");
+    // A client that sends half a request, then shutdown: the server still stops.
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let mut half = std::net::TcpStream::connect(&addr).unwrap();
+    half.write_all(b"POST /api/v1/stores/tickets/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token-0123456789\r\nContent-Length: 100\r\n\r\n[{")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let status = server.terminate();
+    assert!(status.success(), "{status}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    drop(half);
+}
+
+/// A GET with a raw Authorization header; the status.
+fn reqwest_like_get(url: &str, path: &str, authorization: &str) -> u16 {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}

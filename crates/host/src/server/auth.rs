@@ -90,8 +90,10 @@ pub(crate) fn authorize(
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        // The scheme is case-insensitive (RFC 7235).
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,

@@ -114,6 +114,7 @@ impl<E: std::error::Error + 'static> From<E> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry = self.status == StatusCode::SERVICE_UNAVAILABLE;
+        let challenge = self.status == StatusCode::UNAUTHORIZED;
         let body = ErrorBody {
             error: Body {
                 code: self.code,
@@ -126,6 +127,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if challenge {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

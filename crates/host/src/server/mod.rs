@@ -108,7 +108,8 @@ pub(crate) struct OpenStore {
 #[derive(Debug)]
 pub(crate) struct AppState {
     pub registry: Registry,
-    pub stores: Mutex<HashMap<String, Arc<OpenStore>>>,
+    /// Open stores by name; a cell each, filled by the first request.
+    pub stores: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<OpenStore>>>>>,
     pub config: ServerConfig,
     pub tasks: TaskTracker,
 }
@@ -161,13 +162,36 @@ impl Server {
     ) -> Result<(), ServerError> {
         let state = self.state.clone();
         let app = routes::router(state.clone());
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        // After the signal, connections get a grace period to finish (a
+        // client that never completes its request does not hold shutdown).
+        let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
+        let serving = axum::serve(self.listener, app).with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = signalled.send(());
+        });
+        let grace = state.config.request_timeout + Duration::from_secs(5);
+        tokio::select! {
+            served = serving => served?,
+            () = async {
+                if on_signal.await.is_ok() {
+                    tokio::time::sleep(grace).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            } => {
+                tracing::warn!("connections still open {grace:?} after the shutdown signal: closing them");
+            }
+        }
+        // The store operations requests started run to their end.
         state.tasks.close();
         state.tasks.wait().await;
-        let stores: Vec<Arc<OpenStore>> =
-            state.stores.lock().await.drain().map(|(_, s)| s).collect();
+        let stores: Vec<Arc<OpenStore>> = state
+            .stores
+            .lock()
+            .await
+            .drain()
+            .filter_map(|(_, cell)| cell.get().cloned())
+            .collect();
         let mut first_error = None;
         for store in stores {
             if let Err(e) = store.named.close().await {

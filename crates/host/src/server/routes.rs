@@ -97,7 +97,52 @@ pub(crate) fn router(state: Shared) -> axum::Router {
         .fallback(not_found)
         // Bodies are read by the handlers under the configured limit.
         .layer(axum::extract::DefaultBodyLimit::disable())
+        // Errors axum answers itself (a wrong method, a query string or path
+        // that does not parse) get the API's JSON error body too.
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::REQUEST_TIMEOUT => "deadline",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        s if s.is_server_error() => "internal",
+        _ => "invalid_input",
+    };
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase()
+    } else {
+        text
+    };
+    let mut answer = ApiError::new(status, code, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }
 
 async fn not_found() -> ApiError {
@@ -117,18 +162,32 @@ async fn ready(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
 
 /// The body, at most the configured limit (413 beyond).
 async fn read_body(state: &Shared, body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, state.config.body_limit)
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!(
-                    "the body exceeds the limit of {} bytes ({e})",
-                    state.config.body_limit
-                ),
-            )
-        })
+    // A client that stops sending does not hold the request (or shutdown).
+    let read = tokio::time::timeout(
+        state.config.request_timeout,
+        axum::body::to_bytes(body, state.config.body_limit),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "deadline",
+            format!(
+                "the body did not arrive within {:?}",
+                state.config.request_timeout
+            ),
+        )
+    })?;
+    read.map_err(|e| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "the body exceeds the limit of {} bytes ({e})",
+                state.config.body_limit
+            ),
+        )
+    })
 }
 
 /// A JSON body of type `T` (unknown fields refused where `T` says so).
@@ -160,22 +219,43 @@ fn info(entry: StoreEntry) -> StoreInfo {
     }
 }
 
-/// The store, opened (with its writer) on first use and kept.
+/// The store, opened (with its writer) on first use and kept. The map is
+/// locked only to find the store's cell: opening one store does not hold
+/// requests to the others.
 async fn open(state: &Shared, name: &str) -> Result<Arc<OpenStore>, ApiError> {
-    let mut stores = state.stores.lock().await;
-    if let Some(s) = stores.get(name) {
-        return Ok(s.clone());
+    let cell = state
+        .stores
+        .lock()
+        .await
+        .entry(name.to_string())
+        .or_default()
+        .clone();
+    let store = cell
+        .get_or_try_init(|| async {
+            let named = state
+                .registry
+                .open(name, &state.config.storage_options)
+                .await?;
+            Ok::<_, ApiError>(Arc::new(OpenStore {
+                named,
+                slots: Arc::new(Semaphore::new(state.config.store_concurrency)),
+            }))
+        })
+        .await;
+    match store {
+        Ok(store) => Ok(store.clone()),
+        Err(e) => {
+            // Not kept: a store that does not exist (yet) is not remembered.
+            let mut stores = state.stores.lock().await;
+            if stores
+                .get(name)
+                .is_some_and(|c| Arc::ptr_eq(c, &cell) && c.get().is_none())
+            {
+                stores.remove(name);
+            }
+            Err(e)
+        }
     }
-    let named = state
-        .registry
-        .open(name, &state.config.storage_options)
-        .await?;
-    let store = Arc::new(OpenStore {
-        named,
-        slots: Arc::new(Semaphore::new(state.config.store_concurrency)),
-    });
-    stores.insert(name.to_string(), store.clone());
-    Ok(store)
 }
 
 /// Run `work` on store `name`: in a slot of the store (waiting at most the
@@ -245,6 +325,8 @@ async fn create_store(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // The role first: an anonymous caller gets 401 before its body is read.
+    authorize(&state.config.tokens, &headers, None, Role::Admin)?;
     let create: CreateStore = json_body(&state, body).await?;
     authorize(
         &state.config.tokens,
@@ -252,6 +334,14 @@ async fn create_store(
         Some(&create.name),
         Role::Admin,
     )?;
+    if let Some(uri) = &create.uri
+        && !uri.contains("://")
+        && !std::path::Path::new(uri).is_absolute()
+    {
+        return Err(ApiError::invalid(format!(
+            "uri '{uri}': give an absolute path or a URL (a store without uri goes under the data root)"
+        )));
+    }
     let source = match (create.plugin, create.plugin_wasm_base64, create.spec) {
         (Some(p), None, None) => SchemaSource::Builtin(p),
         (None, Some(b64), None) => SchemaSource::Plugin {
@@ -277,16 +367,15 @@ async fn create_store(
         .collect();
     options.uri = create.uri;
     options.storage_options = state.config.storage_options.clone();
-    let mut stores = state.stores.lock().await;
+    // The registry serialises creates of one name; other stores' requests
+    // go on meanwhile.
     let named = state.registry.create(&create.name, options).await?;
     let entry = named.entry().clone();
-    stores.insert(
-        create.name.clone(),
-        Arc::new(OpenStore {
-            named,
-            slots: Arc::new(Semaphore::new(state.config.store_concurrency)),
-        }),
-    );
+    let cell = Arc::new(tokio::sync::OnceCell::new_with(Some(Arc::new(OpenStore {
+        named,
+        slots: Arc::new(Semaphore::new(state.config.store_concurrency)),
+    }))));
+    state.stores.lock().await.insert(create.name.clone(), cell);
     Ok((StatusCode::CREATED, Json(info(entry))).into_response())
 }
 
@@ -307,8 +396,8 @@ async fn drop_store(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
-    let mut stores = state.stores.lock().await;
-    if let Some(open) = stores.remove(&name) {
+    let open = state.stores.lock().await.remove(&name);
+    if let Some(open) = open.and_then(|cell| cell.get().cloned()) {
         // Wait for its running operations, then release its writer.
         let _all = open
             .slots
@@ -323,12 +412,19 @@ async fn drop_store(
     Ok(Json(json!({"dropped": report.name, "uri": report.uri})))
 }
 
-fn content_type(headers: &HeaderMap) -> &str {
+/// The media type, lower case (media types are case-insensitive).
+fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim())
-        .unwrap_or("application/json")
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|| "application/json".into())
 }
 
 #[utoipa::path(post, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content((Vec<Object> = "application/json"), (String = "application/x-ndjson"), (Vec<u8> = "application/vnd.apache.arrow.stream")), description = "records: a JSON array, JSON Lines, or an Arrow IPC stream"), responses((status = 201, body = Added), (status = 413, description = "body too large", body = ErrorBody), (status = 415, description = "content type", body = ErrorBody), (status = 422, description = "the plugin rejected records (details.row_errors)", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
@@ -339,7 +435,7 @@ async fn add_records(
     body: Body,
 ) -> Result<Response, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
-    let kind = match content_type(&headers) {
+    let kind = match content_type(&headers).as_str() {
         "application/vnd.apache.arrow.stream" => Input::Arrow,
         "application/x-ndjson" | "application/jsonl" | "application/json-lines" => Input::Lines,
         "application/json" | "" => Input::Array,
@@ -440,6 +536,9 @@ async fn list_records(
             "limit must be 1..={MAX_PAGE}, got {limit}"
         )));
     }
+    if params.offset.is_some_and(|o| o > 1 << 53) {
+        return Err(ApiError::invalid("offset is too large"));
+    }
     let filter = checked_filter(params.filter)?;
     let mut order = sort_keys(params.order_by.as_deref())?;
     let columns: Option<Vec<String>> = params
@@ -470,7 +569,8 @@ async fn list_records(
             order.push(SortKey::asc(&key));
         }
         let filter = match (&filter, &cursor) {
-            (Some(f), Some(c)) => Some(format!("({f}) AND {key} > {}", literal(c))),
+            // The newline ends a trailing `--` comment of the caller's filter.
+            (Some(f), Some(c)) => Some(format!("({f}\n) AND {key} > {}", literal(c))),
             (None, Some(c)) => Some(format!("{key} > {}", literal(c))),
             (f, None) => f.clone(),
         };
@@ -486,7 +586,10 @@ async fn list_records(
             offset,
             ..ScanRequest::default()
         };
-        let batch = store.named.scan(request).await?;
+        let batch = match store.named.scan(request.clone()).await {
+            Ok(batch) => batch,
+            Err(e) => return Err(blame_filter(&store, request.filter.is_some(), e).await),
+        };
         let records = to_json(&batch)?;
         let next_cursor = (paging && records.len() == limit)
             .then(|| {
@@ -575,6 +678,28 @@ async fn delete_record(
     })
     .await?;
     Ok(Json(deleted))
+}
+
+/// A read that failed with a filter: when the store reads fine without
+/// it (a one-row scan), the filter is at fault (e.g. `id > 5` on a string
+/// column): 400 naming it, not a server error.
+async fn blame_filter(
+    store: &OpenStore,
+    had_filter: bool,
+    e: lance_context_store::Error,
+) -> ApiError {
+    use lance_context_store::ErrorKind as K;
+    if had_filter && matches!(e.kind(), K::Internal | K::Storage) {
+        let probe = ScanRequest {
+            projection: Some(vec![store.named.spec().key.clone()]),
+            limit: Some(1),
+            ..ScanRequest::default()
+        };
+        if store.named.scan(probe).await.is_ok() {
+            return ApiError::invalid(format!("the filter cannot be evaluated on this store: {e}"));
+        }
+    }
+    ApiError::from(e)
 }
 
 /// Refuse a write the schema's capabilities do not allow, saying why.
@@ -706,11 +831,35 @@ async fn search(
     if request.k == 0 || request.k > MAX_PAGE {
         return Err(ApiError::invalid(format!("k must be 1..={MAX_PAGE}")));
     }
+    if let Some(i) = request.vector.iter().position(|v| !v.is_finite()) {
+        return Err(ApiError::invalid(format!(
+            "vector: element {i} is not a finite Float32"
+        )));
+    }
+    if request.nprobes == Some(0) {
+        return Err(ApiError::invalid("nprobes must be at least 1"));
+    }
     let records = on_store(&state, &name, move |store| async move {
         let mut query = VectorQuery::new(&request.column, request.vector, request.k);
         query.filter = filter;
         query.nprobes = request.nprobes;
-        let batch = store.named.nearest(&query).await?;
+        let batch = match store.named.nearest(&query).await {
+            Ok(batch) => batch,
+            Err(e) => return Err(blame_filter(&store, query.filter.is_some(), e).await),
+        };
+        // Blob columns are left out, as in every other read.
+        let spec = store.named.spec();
+        let keep: Vec<usize> = batch
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !spec.blob_columns.contains(f.name()))
+            .map(|(i, _)| i)
+            .collect();
+        let batch = batch
+            .project(&keep)
+            .map_err(|e| ApiError::of_kind(ErrorKind::Internal, e.to_string()))?;
         to_json(&batch)
     })
     .await?;

@@ -16,7 +16,7 @@ use lance::deps::datafusion;
 
 use super::ReadView;
 use crate::conform::Schemas;
-use crate::error::{Error, LanceResultExt, Result};
+use crate::error::{Error, Result};
 
 /// A sort key for [`ScanRequest::order_by`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,7 +284,7 @@ pub fn check_plain_predicate(filter: &str) -> Result<()> {
     match refused {
         None => Ok(()),
         Some(what) => Err(Error::invalid_argument(format!(
-            "`{what}` is not allowed in a named query's filter (columns, literals, comparisons, \
+            "`{what}` is not allowed in this filter (columns, literals, comparisons, \
              AND/OR/NOT, IN, BETWEEN, LIKE and IS NULL only)"
         ))),
     }
@@ -292,6 +292,29 @@ pub fn check_plain_predicate(filter: &str) -> Result<()> {
 
 /// Validate a request against the schemas and plan it; `hide` is the
 /// engine's visibility rule, joined to the caller's filter.
+/// A scan that could not be planned: when the same scan without the
+/// caller's filter plans, the filter is at fault (a type mismatch such as
+/// `id > 5` on a string column, a placeholder): invalid input naming it.
+/// Otherwise the failure is the storage's.
+async fn blame(
+    view: &ReadView,
+    schemas: &Schemas,
+    read_cols: &[String],
+    request: &ScanRequest,
+    e: lance::Error,
+) -> Error {
+    if let Some(filter) = request.filter.as_deref() {
+        let without = match view.scanner(&schemas.key).project(read_cols) {
+            Ok(scanner) => scanner.create_plan().await.is_ok(),
+            Err(_) => false,
+        };
+        if without {
+            return Error::invalid_argument(format!("filter '{filter}': {e}"));
+        }
+    }
+    Error::from_lance("planning the scan", None, e)
+}
+
 pub(crate) async fn plan_scan(
     view: &ReadView,
     schemas: &Schemas,
@@ -352,8 +375,12 @@ pub(crate) async fn plan_scan(
     if let Some(expr) = combined_filter(schemas, request.filter.as_deref(), hide)? {
         scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
     }
+    // Bounded well inside i64: Lance adds limit and offset.
     let to_i64 = |v: usize, what: &str| {
-        i64::try_from(v).map_err(|_| Error::invalid_argument(format!("{what} is too large")))
+        i64::try_from(v)
+            .ok()
+            .filter(|v| *v <= 1 << 53)
+            .ok_or_else(|| Error::invalid_argument(format!("{what} {v} is too large")))
     };
 
     // Sort keys on columns the dataset lacks are all-null: they do not order.
@@ -370,13 +397,19 @@ pub(crate) async fn plan_scan(
                 .limit(limit, offset)
                 .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
         }
-        let plan = scanner.create_plan().await.ctx("planning the scan")?;
+        let plan = match scanner.create_plan().await {
+            Ok(plan) => plan,
+            Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
+        };
         return Ok((plan, Some(wanted)));
     }
 
     // Order-by: a top-k sort (bounded by offset + limit) over the deduped scan,
     // then skip/fetch.
-    let mut plan = scanner.create_plan().await.ctx("planning the scan")?;
+    let mut plan = match scanner.create_plan().await {
+        Ok(plan) => plan,
+        Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
+    };
     if plan.output_partitioning().partition_count() > 1 {
         plan = Arc::new(CoalescePartitionsExec::new(plan));
     }

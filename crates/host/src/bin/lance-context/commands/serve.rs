@@ -76,10 +76,26 @@ impl ServeCommand {
 fn parse_tokens(text: &str, from: &str) -> Result<Vec<lance_context_host::Token>> {
     let file: TokensFile =
         serde_json::from_str(text).map_err(|e| usage(format!("{from}: not a tokens file: {e}")))?;
+    if file.tokens.is_empty() {
+        return Err(usage(format!(
+            "{from}: no tokens (leave --tokens out to serve loopback without authentication)"
+        )));
+    }
     if file.tokens.iter().any(|t| t.token.len() < 16) {
         return Err(usage(format!(
             "{from}: every token must be at least 16 characters"
         )));
+    }
+    if file
+        .tokens
+        .iter()
+        .any(|t| t.token.trim() != t.token || t.token.chars().any(char::is_whitespace))
+    {
+        return Err(usage(format!("{from}: a token contains whitespace")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if !file.tokens.iter().all(|t| seen.insert(t.token.as_str())) {
+        return Err(usage(format!("{from}: a token is listed twice")));
     }
     Ok(file.tokens)
 }
