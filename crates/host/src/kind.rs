@@ -63,6 +63,28 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 11] = [
+        Self::InvalidInput,
+        Self::Rejected,
+        Self::NotFound,
+        Self::AlreadyExists,
+        Self::Conflict,
+        Self::Busy,
+        Self::Unavailable,
+        Self::PluginFault,
+        Self::Storage,
+        Self::Corrupt,
+        Self::Internal,
+    ];
+
+    /// The kind [`ErrorKind::as_str`] names (e.g. a server's error code).
+    pub fn from_code(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == code)
+    }
+}
+
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

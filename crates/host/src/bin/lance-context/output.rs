@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::Result;
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -45,67 +45,63 @@ impl Out {
             println!("(no rows)");
             return Ok(());
         }
-        let batch = &lance_context_host::json_ready(batch)?;
-        // Wide records (more columns than fit side by side) print one
-        // block per record, a line per column.
-        let width = terminal_width().unwrap_or(120);
-        if batch.num_columns() * 14 > width {
-            print!("{}", record_blocks(batch)?);
-        } else {
-            println!("{}", record_table(batch)?);
-        }
-        println!("({} row(s))", batch.num_rows());
+        let batch = lance_context_host::json_ready(batch)?;
+        let options = FormatOptions::default();
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        let headers = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let rows = (0..batch.num_rows())
+            .map(|row| {
+                formatters
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, c)| c.is_valid(row).then(|| f.value(row).to_string()))
+                    .collect()
+            })
+            .collect();
+        print_records(headers, rows);
         Ok(())
     }
 
     /// Records as JSON values (from a server): JSON Lines, or a table.
     pub fn values(&self, records: &[serde_json::Value]) -> Result<()> {
         if self.json {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            for r in records {
-                serde_json::to_writer(&mut out, r)?;
-                out.write_all(b"\n")?;
-            }
-            return Ok(());
+            return write_lines(records);
         }
         if records.is_empty() {
             println!("(no rows)");
             return Ok(());
         }
-        let mut columns: Vec<String> = Vec::new();
+        let mut headers: Vec<String> = Vec::new();
         for r in records {
             for k in r.as_object().map(|o| o.keys()).into_iter().flatten() {
-                if !columns.contains(k) {
-                    columns.push(k.clone());
+                if !headers.contains(k) {
+                    headers.push(k.clone());
                 }
             }
         }
-        let cell = |v: Option<&serde_json::Value>| match v {
-            None | Some(serde_json::Value::Null) => "null".to_string(),
-            Some(serde_json::Value::String(s)) => cut(s),
-            Some(other) => cut(&other.to_string()),
-        };
-        let width = terminal_width().unwrap_or(120);
-        if columns.len() * 14 > width {
-            let pad = columns.iter().map(|c| c.chars().count()).max().unwrap_or(0);
-            for (i, r) in records.iter().enumerate() {
-                println!("── record {} ──", i + 1);
-                for c in &columns {
-                    if let Some(v) = r.get(c).filter(|v| !v.is_null()) {
-                        println!("{c:<pad$}  {}", cell(Some(v)));
-                    }
-                }
-            }
-        } else {
-            let mut table = new_table();
-            table.set_header(columns.clone());
-            for r in records {
-                table.add_row(columns.iter().map(|c| cell(r.get(c))).collect::<Vec<_>>());
-            }
-            println!("{table}");
-        }
-        println!("({} row(s))", records.len());
+        let rows = records
+            .iter()
+            .map(|r| {
+                headers
+                    .iter()
+                    .map(|c| match r.get(c) {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(serde_json::Value::String(s)) => Some(s.clone()),
+                        Some(other) => Some(other.to_string()),
+                    })
+                    .collect()
+            })
+            .collect();
+        print_records(headers, rows);
         Ok(())
     }
 
@@ -129,13 +125,7 @@ impl Out {
         empty: &str,
     ) -> Result<()> {
         if self.json {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            for item in items {
-                serde_json::to_writer(&mut out, item)?;
-                out.write_all(b"\n")?;
-            }
-            return Ok(());
+            return write_lines(items);
         }
         if items.is_empty() {
             println!("{empty}");
@@ -204,60 +194,49 @@ fn new_table() -> Table {
     table
 }
 
-/// A record batch as a table, long cells cut (JSON shows them whole).
-fn record_table(batch: &RecordBatch) -> Result<Table> {
-    let options = FormatOptions::default().with_null("null");
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut table = new_table();
-    table.set_header(
-        batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect::<Vec<_>>(),
-    );
-    for row in 0..batch.num_rows() {
-        let mut cells = Vec::with_capacity(formatters.len());
-        for formatter in &formatters {
-            cells.push(cut(&formatter.value(row).to_string()));
-        }
-        table.add_row(cells);
-    }
-    Ok(table)
-}
-
 fn terminal_width() -> Option<usize> {
     Table::new().width().map(usize::from).filter(|w| *w >= 40)
 }
 
-/// Records as blocks: `column  value` lines, a rule between records.
-fn record_blocks(batch: &RecordBatch) -> Result<String> {
-    let options = FormatOptions::default().with_null("null");
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-        .collect::<Result<Vec<_>, _>>()?;
-    let schema = batch.schema();
-    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    let pad = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
-    let mut text = String::new();
-    for row in 0..batch.num_rows() {
-        text.push_str(&format!("── record {} ──\n", row + 1));
-        for (name, formatter) in names.iter().zip(&formatters) {
-            let value = formatter.value(row).to_string();
-            if value == "null" {
-                continue;
-            }
-            text.push_str(&format!("{name:<pad$}  {}\n", cut(&value)));
-        }
+/// One JSON object per line.
+fn write_lines<T: Serialize>(items: &[T]) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for item in items {
+        serde_json::to_writer(&mut out, item)?;
+        out.write_all(b"\n")?;
     }
-    Ok(text)
+    Ok(())
+}
+
+/// Records on a terminal (`None`: null): a table with long cells cut (JSON
+/// shows them whole) — or, when more columns than fit side by side, one
+/// block per record with a line per non-null column — then the count.
+fn print_records(headers: Vec<String>, rows: Vec<Vec<Option<String>>>) {
+    let width = terminal_width().unwrap_or(120);
+    if headers.len() * 14 > width {
+        let pad = headers.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+        for (i, row) in rows.iter().enumerate() {
+            println!("── record {} ──", i + 1);
+            for (name, value) in headers.iter().zip(row) {
+                if let Some(value) = value {
+                    println!("{name:<pad$}  {}", cut(value));
+                }
+            }
+        }
+    } else {
+        let mut table = new_table();
+        table.set_header(headers);
+        for row in &rows {
+            table.add_row(
+                row.iter()
+                    .map(|v| v.as_deref().map_or_else(|| "null".to_string(), cut))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        println!("{table}");
+    }
+    println!("({} row(s))", rows.len());
 }
 
 /// One line, control characters (terminal escapes) shown escaped, cut to

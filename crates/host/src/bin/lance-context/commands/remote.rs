@@ -12,22 +12,18 @@ use crate::exit::Refused;
 use crate::input::{Format, Input, Raw};
 use crate::output::Out;
 
-/// A server's answer as this CLI's error: its kind from the API's code (the
-/// server maps kinds to codes in one place; this maps them back).
+/// A server's answer as this CLI's error: its kind from the API's code
+/// (`ErrorKind::as_str` names both ways).
 fn failed(e: ClientError) -> anyhow::Error {
+    use lance_context_host::ErrorKind;
+    // The server's codes are the kinds' names, plus a few of its own.
     let kind = match e.code() {
-        Some("invalid_input") => lance_context_host::ErrorKind::InvalidInput,
-        Some("rejected") => lance_context_host::ErrorKind::Rejected,
-        Some("not_found") => lance_context_host::ErrorKind::NotFound,
-        Some("already_exists") => lance_context_host::ErrorKind::AlreadyExists,
-        Some("conflict") => lance_context_host::ErrorKind::Conflict,
-        Some("busy" | "deadline") => lance_context_host::ErrorKind::Busy,
-        Some("unavailable") => lance_context_host::ErrorKind::Unavailable,
-        Some("plugin_fault") => lance_context_host::ErrorKind::PluginFault,
-        Some("unauthorized" | "forbidden" | "payload_too_large") => {
-            lance_context_host::ErrorKind::InvalidInput
+        Some("deadline") => ErrorKind::Busy,
+        Some("unauthorized" | "forbidden" | "payload_too_large" | "method_not_allowed") => {
+            ErrorKind::InvalidInput
         }
-        _ => lance_context_host::ErrorKind::Internal,
+        Some(code) => ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal),
+        None => ErrorKind::Internal,
     };
     let details = match &e {
         ClientError::Api { error, .. } => error.details.clone(),
