@@ -181,3 +181,56 @@ async fn a_reclaim_acknowledges_nothing_until_the_other_writer_is_fenced() {
     assert_eq!(ids(&all), ["K"]);
     assert_eq!(decode(&all)[0].grp, "v6");
 }
+
+/// Several handles opening one instance at once (a restart racing a
+/// blue/green deploy, an operator's CLI against a live service): the opener
+/// that comes last owns the shard, and no open fails because another claimed
+/// it meanwhile — the loser of a claim race tries again. (Seen in the soak: a
+/// second handle's open failed `Fenced(PeerClaimedEpoch)` while the first
+/// handle reclaimed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_opening_one_instance_at_once_all_open() {
+    let (_dir, uri) = temp_uri();
+    let manual = || config(&uri).with_manual_maintenance();
+    let first = Store::create(manual()).await.unwrap();
+    first.add(&batch(&rows("k", "first", 3))).await.unwrap();
+    for round in 0..4 {
+        let mut opens = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let config = manual();
+            opens.spawn(async move { Store::open(config).await });
+        }
+        // The first handle reclaims at the same time.
+        let reclaimed = first.reclaim().await;
+        let mut opened = Vec::new();
+        while let Some(done) = opens.join_next().await {
+            match done.unwrap() {
+                Ok(store) => opened.push(store),
+                Err(e) => panic!("round {round}: an open failed: {e:?}"),
+            }
+        }
+        // A reclaim may lose to an open that claimed after it: then it says
+        // so (fenced) and can be called again.
+        if let Err(e) = reclaimed {
+            assert!(e.is_fenced(), "round {round}: the reclaim failed: {e:?}");
+        }
+        assert_eq!(opened.len(), 4);
+        // Whoever owns the shard now writes; nothing acknowledged is lost.
+        let mut writers = 0;
+        for store in opened.iter().chain([&first]) {
+            match store.add(&batch(&rows("k", &format!("r{round}"), 3))).await {
+                Ok(_) => writers += 1,
+                Err(e) => assert!(e.is_fenced(), "round {round}: {e:?}"),
+            }
+        }
+        assert!(writers >= 1, "round {round}: nobody could write");
+        for store in opened {
+            let _ = store.close().await;
+        }
+        first.reclaim().await.unwrap();
+    }
+    first.add(&batch(&rows("k", "last", 3))).await.unwrap();
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 3);
+    assert_eq!(decode(&reader.get("k-00001").await.unwrap().unwrap())[0].grp, "last");
+}

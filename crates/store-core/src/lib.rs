@@ -33,7 +33,11 @@
 //! and the writer latches (later adds fail fast) until [`Store::reclaim`] or a
 //! reopen. Rows this instance acknowledged before are replayed by the new owner —
 //! none is lost. If our own WAL persistence fails, we are still the owner: the
-//! engine reclaims the shard (new epoch, WAL replay) and retries once.
+//! engine reclaims the shard (new epoch, WAL replay) and retries once. Handles
+//! claiming one shard at the same moment (a restart racing a deploy) do not
+//! fail because of each other: a lost claim race is tried again, and the
+//! claimer that comes last owns the shard; a reclaim that loses to a later
+//! open returns [`Error::Fenced`] and can be called again.
 //!
 //! ## One key, one shard
 //! Lance dedupes within a shard only. With [`ShardPolicy::SingleWriter`] (the

@@ -48,7 +48,7 @@ pub struct AddOutcome {
 }
 
 /// Attempts to claim a shard when opening a writer (see [`Writer::open`]).
-const CLAIM_ATTEMPTS: u32 = 4;
+const CLAIM_ATTEMPTS: u32 = 10;
 
 pub(crate) struct Writer {
     shard: Uuid,
@@ -92,6 +92,49 @@ fn lance_config(shard: Uuid, settings: &WriterSettings) -> ShardWriterConfig {
         .with_max_unflushed_memtable_bytes(settings.max_unflushed_bytes)
 }
 
+/// Claim `shard` (a new epoch) and replay its WAL.
+///
+/// Claiming is a conditional write of the shard's manifest; two claimers
+/// racing for one shard both read the same epoch and one loses. Lance
+/// reports that as an I/O error — or, when the peer's claim lands while ours
+/// replays the WAL, as a fence — so a failed claim is tried again (a new
+/// epoch each time): the claimer that comes last owns the shard, the policy
+/// everywhere else (see the module docs), and an open never fails only
+/// because a peer claimed at the same moment.
+async fn claim(
+    dataset: &Dataset,
+    shard: Uuid,
+    settings: &WriterSettings,
+    context: &str,
+) -> Result<ShardWriter> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match dataset
+            .mem_wal_writer(shard, lance_config(shard, settings))
+            .await
+        {
+            Ok(writer) => return Ok(writer),
+            Err(e) if attempt < CLAIM_ATTEMPTS => {
+                tracing::debug!(%shard, attempt, error = %e, "claiming the shard failed; trying again");
+                tokio::time::sleep(claim_backoff(attempt)).await;
+            }
+            Err(e) => return Err(Error::from_lance(context, Some(shard), e)),
+        }
+    }
+}
+
+/// A growing, jittered pause before claim attempt `attempt + 1`, so that
+/// several claimers racing do not collide again in lockstep.
+fn claim_backoff(attempt: u32) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let base = 10 * u64::from(attempt);
+    std::time::Duration::from_millis(base + random % (base + 10))
+}
+
 impl Writer {
     /// Claim the shard (a new epoch) and replay its WAL.
     pub async fn open(dataset: &Dataset, shard: Uuid, settings: WriterSettings) -> Result<Self> {
@@ -105,32 +148,7 @@ impl Writer {
                 "writer.max_memtable_rows must be greater than zero",
             ));
         }
-        // Claiming the shard is a conditional write of its manifest; two
-        // openers racing for one shard both read the same epoch and one
-        // loses. Lance reports that as an I/O error, so a failed claim is
-        // tried again (a new epoch each time): the opener that comes last
-        // owns the shard, the policy everywhere else (see the module docs).
-        let mut attempt = 0;
-        let writer = loop {
-            attempt += 1;
-            match dataset
-                .mem_wal_writer(shard, lance_config(shard, &settings))
-                .await
-            {
-                Ok(writer) => break writer,
-                Err(e) if attempt < CLAIM_ATTEMPTS && e.fence_reason().is_none() => {
-                    tracing::debug!(%shard, attempt, error = %e, "claiming the shard failed; trying again");
-                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
-                }
-                Err(e) => {
-                    return Err(Error::from_lance(
-                        "opening the shard writer",
-                        Some(shard),
-                        e,
-                    ));
-                }
-            }
-        };
+        let writer = claim(dataset, shard, &settings, "opening the shard writer").await?;
         let this = Self {
             shard,
             settings,
@@ -404,10 +422,13 @@ impl Writer {
                 message: "the store is closed".to_string(),
             });
         }
-        let writer = dataset
-            .mem_wal_writer(self.shard, lance_config(self.shard, &self.settings))
-            .await
-            .map_err(|e| self.classify("reclaiming the shard writer", e))?;
+        let writer = claim(
+            dataset,
+            self.shard,
+            &self.settings,
+            "reclaiming the shard writer",
+        )
+        .await?;
         self.publish_replayed(&writer).await?;
         if let Some(old) = guard.replace(writer) {
             // The old writer is fenced or poisoned: stop its tasks without I/O.
