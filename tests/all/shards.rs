@@ -232,5 +232,8 @@ async fn handles_opening_one_instance_at_once_all_open() {
     first.add(&batch(&rows("k", "last", 3))).await.unwrap();
     let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
     assert_eq!(reader.count(None).await.unwrap(), 3);
-    assert_eq!(decode(&reader.get("k-00001").await.unwrap().unwrap())[0].grp, "last");
+    assert_eq!(
+        decode(&reader.get("k-00001").await.unwrap().unwrap())[0].grp,
+        "last"
+    );
 }

@@ -505,12 +505,11 @@ impl Engine {
                 "the base table has no rows to train a vector index on; merge first",
             ));
         }
-        // Partitions ~ sqrt(rows), at least 1; sub-vectors must divide the dimension.
+        // Partitions ~ sqrt(rows), at least 1. Sub-vectors as Lance
+        // recommends: 16 (else 8) dimensions each, which its distance kernels
+        // vectorise; one sub-vector when the dimension is not a multiple of 8.
         let partitions = ((rows as f64).sqrt() as usize).clamp(1, 256);
-        let sub_vectors = [16, 8, 4, 2, 1]
-            .into_iter()
-            .find(|s| declared.dimension % s == 0 && declared.dimension / s >= 1)
-            .unwrap_or(1);
+        let sub_vectors = pq_sub_vectors(declared.dimension);
         let params = match declared.kind {
             VectorIndexKind::IvfPq => {
                 VectorIndexParams::ivf_pq(partitions, 8, sub_vectors, metric, 50)
@@ -792,6 +791,40 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
                 }.await;
                 engine.record_background("compaction", result);
             }
+        }
+    }
+}
+
+/// PQ sub-vectors for a vector of `dimension`: 16 dimensions per sub-vector
+/// when the dimension divides by 16, else 8, else one sub-vector (Lance's
+/// recommendation: 8 or 16 values per sub-vector use its SIMD kernels).
+fn pq_sub_vectors(dimension: usize) -> usize {
+    match dimension {
+        d if d >= 16 && d % 16 == 0 => d / 16,
+        d if d >= 8 && d % 8 == 0 => d / 8,
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pq_sub_vectors_keep_eight_or_sixteen_dimensions_each() {
+        for (dimension, expected) in [
+            (768, 48),
+            (1536, 96),
+            (32, 2),
+            (24, 3),
+            (8, 1),
+            (4, 1),
+            (12, 1),
+            (1000, 125),
+        ] {
+            assert_eq!(
+                super::pq_sub_vectors(dimension),
+                expected,
+                "dimension {dimension}"
+            );
         }
     }
 }
