@@ -96,6 +96,7 @@ fn json_output_has_stable_shapes() {
             "dry_run",
             "records",
             "records_per_second",
+            "rejected",
             "seconds",
             "store"
         ]
@@ -945,6 +946,148 @@ fn rejected_records_are_named_by_line_once() {
     let e: Value = serde_json::from_str(err.trim()).expect("one JSON object on stderr");
     assert_eq!(e["error"]["kind"], "rejected");
     assert_eq!(e["error"]["details"]["row_errors"][0]["at"], "line 31");
+}
+
+/// A dirty file: every bad line is reported in one go (input problems
+/// before the plugin runs), and with `--reject-file` the bad lines — input
+/// problems and the plugin's refusals alike — go to the file with their
+/// reasons while the rest is added: nothing lost, nothing twice.
+#[test]
+fn every_bad_line_is_reported_and_a_reject_file_sets_them_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = root.join("strict.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "strict", "key": "id", "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "n", "type": "Int32", "rules": {"min": 0, "max": 5}}]}"#,
+    )
+    .unwrap();
+    ok(
+        root,
+        &[
+            "store",
+            "create",
+            "strict",
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+    );
+    let lines = [
+        r#"{"id": "k0", "n": 1}"#,
+        r#"{not json"#,
+        r#"{"id": "k1", "n": 2}"#,
+        r#"{"id": "b", "n": "2"}"#,
+        "",
+        r#"{"id": "c", "n": 9}"#,
+        r#"{"id": "k2", "n": 3}"#,
+        r#"{"id": "d", "n": 1, "colour": "red"}"#,
+    ];
+    let input = lines.join("\n") + "\n";
+
+    // Without a reject file: every input problem listed, nothing written.
+    let (code, _, err) = cli(root, &["store", "add", "strict", "-"], &input);
+    assert_eq!(code, 2, "{err}");
+    for at in ["line 2:", "line 4, column 'n'", "line 8, column 'colour'"] {
+        assert!(
+            err.contains(&format!("refused: {at}")),
+            "{at} missing: {err}"
+        );
+    }
+    assert!(err.contains("3 record(s) do not fit the schema"), "{err}");
+    assert_eq!(count(root, "strict"), 0);
+    let (code, _, err) = json(root, &["store", "add", "strict", "-"], &input);
+    assert_eq!(code, 2);
+    let e: Value = serde_json::from_str(err.trim()).unwrap();
+    let listed = e["error"]["details"]["input_errors"].as_array().unwrap();
+    assert_eq!(listed.len(), 3, "{e}");
+    assert_eq!(listed[1]["at"], "line 4");
+    assert_eq!(listed[1]["column"], "n");
+
+    // A dry run with a reject file writes the file, not the store.
+    let rejects = root.join("rejects.jsonl");
+    let reject_arg = rejects.to_str().unwrap();
+    let (code, out, err) = json(
+        root,
+        &[
+            "store",
+            "add",
+            "strict",
+            "-",
+            "--dry-run",
+            "--reject-file",
+            reject_arg,
+        ],
+        &input,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["records"], 3, "{out:?}");
+    assert_eq!(out[0]["rejected"], 4, "{out:?}");
+    assert_eq!(count(root, "strict"), 0);
+
+    // For real: the good lines added, the bad ones in the file with why.
+    let (code, out, err) = json(
+        root,
+        &["store", "add", "strict", "-", "--reject-file", reject_arg],
+        &input,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["records"], 3, "{out:?}");
+    assert_eq!(out[0]["rejected"], 4, "{out:?}");
+    assert_eq!(count(root, "strict"), 3);
+    let refused: Vec<Value> = std::fs::read_to_string(&rejects)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at: Vec<u64> = refused
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(at, [2, 4, 6, 8], "{refused:?}");
+    assert_eq!(
+        refused[0]["record"], "{not json",
+        "a line that is not JSON kept as text"
+    );
+    assert_eq!(
+        refused[1]["record"],
+        serde_json::json!({"id": "b", "n": "2"})
+    );
+    assert_eq!(refused[1]["errors"][0]["column"], "n");
+    assert_eq!(
+        refused[2]["record"]["id"], "c",
+        "the plugin's refusal: {refused:?}"
+    );
+    assert_eq!(refused[2]["errors"][0]["column"], "n");
+    assert!(
+        refused[2]["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 5"),
+        "{refused:?}"
+    );
+    // Nothing lost: every non-blank line is either stored or in the file.
+    let stored: Vec<Value> = ok(root, &["store", "scan", "strict"]);
+    let mut ids: Vec<&str> = stored.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, ["k0", "k1", "k2"]);
+    assert_eq!(stored.len() + refused.len(), 7);
+
+    // Every record refused: nothing added, the file replaced, exit 0.
+    let (code, out, err) = json(
+        root,
+        &["store", "add", "strict", "-", "--reject-file", reject_arg],
+        r#"{"id": "k3", "n": 9}"#,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["records"], 0, "{out:?}");
+    assert_eq!(out[0]["rejected"], 1, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&rejects).unwrap().lines().count(),
+        1
+    );
+    assert_eq!(count(root, "strict"), 3);
 }
 
 /// JSON values are never coerced: a fraction for an integer, a string for

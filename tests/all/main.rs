@@ -4,6 +4,7 @@
 
 mod support;
 
+mod authoring;
 mod cli;
 mod crash;
 mod fencing;

@@ -269,7 +269,7 @@ async fn a_third_party_plugin_runs_the_whole_add_pipeline() {
     let unknown = br#"{"id": "n5", "text": "x", "colour": "red"}"#;
     let err = lance_context_host::rows_from_json(&notes, &unknown[..]).unwrap_err();
     assert!(
-        matches!(&err, PipelineError::InvalidInput { column: Some(c), row: Some(0), .. } if c == "colour"),
+        matches!(&err, PipelineError::InvalidRecords { problems, total: 1 } if problems[0].column.as_deref() == Some("colour") && problems[0].row == 0),
         "{err}"
     );
 }

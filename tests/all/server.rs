@@ -238,14 +238,18 @@ async fn every_store_is_served_through_the_client() {
 
     // Admin.
     let merged = c.merge("mem").await.unwrap();
-    assert!(merged["rows_upserted"].as_u64().unwrap() > 0);
+    assert!(merged.rows_upserted > 0, "{merged:?}");
     c.compact("mem").await.unwrap();
     let indexed = c.index("mem", None).await.unwrap();
-    assert_eq!(indexed["indexed"], json!(["embedding"]));
+    assert_eq!(indexed.indexed, ["embedding"]);
     let stats = c.stats("mem").await.unwrap();
-    assert_eq!(stats["rows"], 41, "{stats}");
+    assert_eq!(stats.rows, 41, "{stats:?}");
+    assert!(
+        stats.indexes.iter().any(|i| i.columns == ["embedding"]),
+        "{stats:?}"
+    );
     let dropped = c.drop_store("tickets").await.unwrap();
-    assert_eq!(dropped["dropped"], "tickets");
+    assert_eq!(dropped.store, "tickets");
     assert_eq!(status_of(c.describe_store("tickets").await).0, 404);
 }
 
@@ -354,7 +358,7 @@ async fn bad_input_gets_a_typed_status_and_says_where() {
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&body));
     // Nothing from a refused request was written.
     let stats = c.stats("tickets").await.unwrap();
-    assert_eq!(stats["rows"], 2, "{stats}");
+    assert_eq!(stats.rows, 2, "{stats:?}");
     // A filter that is not a plain predicate is refused.
     let r = c
         .list(
@@ -625,6 +629,7 @@ async fn the_openapi_document_is_valid_and_lists_every_route() {
         ("/api/v1/stores/{name}/compact", &["post"]),
         ("/api/v1/stores/{name}/index", &["post"]),
         ("/api/v1/stores/{name}/stats", &["get"]),
+        ("/api/v1/openapi.json", &["get"]),
     ] {
         let item = paths
             .get(path)
@@ -651,6 +656,51 @@ async fn the_openapi_document_is_valid_and_lists_every_route() {
             "{path}: {status}"
         );
     }
+    // Every API operation documents its errors and its answer's schema.
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            if path.starts_with("/api/v1/stores") {
+                for status in ["400", "404", "500", "503"] {
+                    assert!(
+                        responses.contains_key(status),
+                        "{method} {path}: no {status}"
+                    );
+                }
+                let ok = responses
+                    .iter()
+                    .find(|(s, _)| s.starts_with('2'))
+                    .unwrap_or_else(|| panic!("{method} {path}: no 2xx"));
+                assert!(
+                    ok.1["content"]["application/json"]["schema"].is_object(),
+                    "{method} {path}: the answer has no schema: {}",
+                    ok.1
+                );
+            }
+        }
+    }
+    // Health, readiness and the document need no token; the API does.
+    for path in ["/health", "/ready", "/api/v1/openapi.json"] {
+        assert_eq!(paths[path]["get"]["security"], json!([{}]), "{path}");
+    }
+    assert_eq!(doc["security"], json!([{"bearer": []}]));
+    // The Arrow body is binary, not an array of numbers; bounds are stated.
+    let add = &paths["/api/v1/stores/{name}/records"]["post"]["requestBody"]["content"];
+    assert_eq!(
+        add["application/vnd.apache.arrow.stream"]["schema"],
+        json!({"$ref": "#/components/schemas/ArrowStream"}),
+    );
+    assert_eq!(
+        doc["components"]["schemas"]["ArrowStream"]["format"],
+        "binary"
+    );
+    let limit = paths["/api/v1/stores/{name}/records"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(limit["schema"]["maximum"], 10000, "{limit}");
     let file = dir.path().join("openapi.json");
     std::fs::write(&file, &body).unwrap();
     let out = std::process::Command::new("python3")

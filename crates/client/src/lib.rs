@@ -263,19 +263,142 @@ pub struct SearchRequest {
     pub column: String,
     /// The query vector, of the column's dimension.
     pub vector: Vec<f32>,
-    /// How many neighbours (default 10).
+    /// How many neighbours (default 10, at most 10,000).
     #[serde(default = "ten")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 10000, default = 10)
+    )]
     pub k: usize,
     /// SQL predicate applied before ranking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
     /// IVF partitions to probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub nprobes: Option<usize>,
 }
 
 fn ten() -> usize {
     10
+}
+
+/// A store's state (`GET …/stats`; the CLI's `store status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoreStatus {
+    /// Records a scan returns (the newest version of each key).
+    pub rows: u64,
+    /// Rows in the base table (merged).
+    pub rows_in_base: u64,
+    /// The base table's version.
+    pub version: u64,
+    /// Versions kept.
+    pub versions: usize,
+    /// Fragments of the base table.
+    pub fragments: usize,
+    /// Fragments below the compaction target.
+    pub small_fragments: usize,
+    /// Rows written but not merged yet.
+    pub unmerged_rows: u64,
+    /// Their bytes.
+    pub unmerged_bytes: u64,
+    /// Bytes of the dataset on disk.
+    pub bytes_on_disk: u64,
+    /// Shards with unmerged generations.
+    pub pending_generations: Vec<PendingShard>,
+    /// The base table's indexes.
+    pub indexes: Vec<IndexStatus>,
+    /// The last failure of background maintenance, if any.
+    pub last_background_error: Option<String>,
+}
+
+/// A shard's unmerged generations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PendingShard {
+    /// The shard (a UUID).
+    pub shard: String,
+    /// Generations not merged yet.
+    pub generations: usize,
+}
+
+/// One index of the base table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IndexStatus {
+    /// Its name.
+    pub name: String,
+    /// Its kind (e.g. `BTree`, `IVF_PQ`).
+    pub kind: String,
+    /// The columns it covers.
+    pub columns: Vec<String>,
+    /// Whether every fragment is indexed.
+    pub covers_all_rows: bool,
+    /// Fragments written since it was built.
+    pub unindexed_fragments: usize,
+}
+
+/// What a merge did (`POST …/merge`; the CLI's `store merge`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MergeReport {
+    /// Generations folded into the base table.
+    pub generations_merged: usize,
+    /// The newest generation merged.
+    pub merged_up_to: Option<u64>,
+    /// Rows inserted or replaced in the base table.
+    pub rows_upserted: u64,
+    /// Keys deleted from it.
+    pub keys_deleted: u64,
+    /// Commits the merge made.
+    pub passes: usize,
+    /// The most bytes it held at once.
+    pub peak_buffered_bytes: usize,
+    /// Merged generations removed afterwards.
+    pub generations_removed: usize,
+    /// WAL files removed afterwards.
+    pub wal_files_removed: usize,
+    /// Old versions removed by the retention policy.
+    pub versions_removed: u64,
+    /// How long it took.
+    pub seconds: f64,
+}
+
+/// What a compaction did (`POST …/compact`; the CLI's `store compact`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CompactionReport {
+    /// Fragments rewritten.
+    pub fragments_removed: usize,
+    /// Fragments written.
+    pub fragments_added: usize,
+    /// Data files removed.
+    pub files_removed: usize,
+    /// Data files written.
+    pub files_added: usize,
+    /// Old versions removed by the retention policy.
+    pub versions_removed: u64,
+    /// How long it took.
+    pub seconds: f64,
+}
+
+/// The columns a `POST …/index` indexed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Indexed {
+    /// The vector columns indexed.
+    pub indexed: Vec<String>,
+}
+
+/// What `DELETE /api/v1/stores/{name}` removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Dropped {
+    /// The store.
+    pub store: String,
+    /// Its data, deleted.
+    pub uri: String,
 }
 
 /// `POST …/index`.
@@ -305,6 +428,7 @@ pub struct ListParams {
     pub columns: Option<String>,
     /// Page size (default 100, at most 10,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 10000))]
     pub limit: Option<usize>,
     /// Rows to skip (not with `cursor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -464,7 +588,7 @@ impl Client {
     }
 
     /// Drop a store: its data and its entry.
-    pub async fn drop_store(&self, name: &str) -> Result<Value> {
+    pub async fn drop_store(&self, name: &str) -> Result<Dropped> {
         self.send(self.http.delete(self.store(name, ""))).await
     }
 
@@ -577,19 +701,19 @@ impl Client {
         Ok(records.records)
     }
 
-    /// Merge the write-ahead tier now; the merge's statistics.
-    pub async fn merge(&self, name: &str) -> Result<Value> {
+    /// Merge the write-ahead tier now; what the merge did.
+    pub async fn merge(&self, name: &str) -> Result<MergeReport> {
         self.send(self.http.post(self.store(name, "/merge"))).await
     }
 
-    /// Compact the base table now; the compaction's statistics.
-    pub async fn compact(&self, name: &str) -> Result<Value> {
+    /// Compact the base table now; what the compaction did.
+    pub async fn compact(&self, name: &str) -> Result<CompactionReport> {
         self.send(self.http.post(self.store(name, "/compact")))
             .await
     }
 
     /// Build the vector index of one column (all declared ones when `None`).
-    pub async fn index(&self, name: &str, column: Option<&str>) -> Result<Value> {
+    pub async fn index(&self, name: &str, column: Option<&str>) -> Result<Indexed> {
         let body = IndexRequest {
             column: column.map(str::to_string),
         };
@@ -597,8 +721,8 @@ impl Client {
             .await
     }
 
-    /// The store's statistics.
-    pub async fn stats(&self, name: &str) -> Result<Value> {
+    /// The store's state.
+    pub async fn stats(&self, name: &str) -> Result<StoreStatus> {
         self.send(self.http.get(self.store(name, "/stats"))).await
     }
 

@@ -138,7 +138,7 @@ impl PipelineError {
     /// The kind (input that does not fit the schema is invalid input).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Self::InvalidInput { .. } | Self::InvalidRecords { .. } => ErrorKind::InvalidInput,
             Self::Plugin(e) => e.kind(),
             Self::Store(e) => e.kind().into(),
         }
@@ -172,11 +172,13 @@ impl RegistryError {
             | Self::UnknownPlugin { .. }
             | Self::MissingStorageOptions { .. }
             | Self::UriNotEmpty { .. }
+            | Self::UpgradeRefused { .. }
             | Self::UnsafeUri { .. } => ErrorKind::InvalidInput,
             Self::NotFound { .. } | Self::PluginMissing { .. } => ErrorKind::NotFound,
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,
             Self::Incomplete { .. } => ErrorKind::Unavailable,
             Self::Plugin(e) => e.kind(),
+            Self::ProbeFailed { .. } => ErrorKind::PluginFault,
             Self::Store(e) => e.kind().into(),
             Self::PluginTampered { .. } | Self::SpecChanged { .. } | Self::Corrupt { .. } => {
                 ErrorKind::Corrupt

@@ -18,25 +18,30 @@ mod kind;
 mod named;
 mod pipeline;
 mod plugin;
+mod probe;
 mod query;
 mod registry;
+mod reports;
 mod server;
 
 pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;
 pub use named::{NamedStore, QueryFailure};
 pub use pipeline::{
-    PipelineError, conform, input_schema, json_ready, prepare, rows_from_json, to_input,
+    InputProblem, JsonRows, MAX_LISTED_PROBLEMS, PipelineError, conform, input_schema, json_ready,
+    json_rows, prepare, rows_from_json, to_input,
 };
 pub use plugin::{
     ABI_VERSION, CacheStats, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits,
     PluginRuntime, RowError, Violation, default_cache_dir,
 };
+pub use probe::{ProbeCheck, ProbeLevel, ProbeReport, probe};
 pub use query::{QueryError, default_projection, named_request};
 pub use registry::{
     BUILTIN_PLUGINS, CreateOptions, DropReport, EntryState, PluginPin, RESERVED_NAMES, Registry,
-    RegistryError, SchemaSource, StoreEntry, check_name, store_config,
+    RegistryError, SchemaSource, StoreEntry, UpgradeReport, check_name, store_config,
 };
+pub use reports::{compaction_report, merge_report, store_status};
 pub use server::{Role, Server, ServerConfig, ServerError, Token, TokensFile};
 
 /// Where the host's build placed the plugins it built for `wasm32-wasip2` (the

@@ -36,6 +36,15 @@ pub enum PipelineError {
         /// What went wrong.
         message: String,
     },
+    /// Records that do not fit the input schema (before the plugin ran):
+    /// every one of the batch, the first [`MAX_LISTED_PROBLEMS`] listed.
+    #[error("invalid input: {}{}", problems.first().map(|p| p.message.as_str()).unwrap_or("invalid records"), match total { 0 | 1 => String::new(), n => format!(" (and {} more record(s))", n - 1) })]
+    InvalidRecords {
+        /// The refused records (at most [`MAX_LISTED_PROBLEMS`]), in input order.
+        problems: Vec<InputProblem>,
+        /// How many records were refused in all.
+        total: usize,
+    },
     /// The plugin rejected rows, or failed.
     #[error(transparent)]
     Plugin(#[from] PluginError),
@@ -57,13 +66,62 @@ pub fn input_schema(plugin: &LoadedPlugin) -> SchemaRef {
     ))
 }
 
+/// Problems listed at most, per batch (the rest are counted).
+pub const MAX_LISTED_PROBLEMS: usize = 100;
+
+/// One input record that does not fit the input schema.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InputProblem {
+    /// The zero-based record (the non-blank line for JSON Lines).
+    pub row: usize,
+    /// The column, when the problem is in one.
+    pub column: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for InputProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// JSON Lines read leniently: the records that fit the input schema, as one
+/// batch, and every record that does not, with why.
+#[derive(Debug)]
+pub struct JsonRows {
+    /// The good records (`None` when there are none).
+    pub batch: Option<RecordBatch>,
+    /// For each row of `batch`, its zero-based record in the input.
+    pub kept: Vec<usize>,
+    /// The refused records, in input order.
+    pub problems: Vec<InputProblem>,
+}
+
 /// Parse JSON Lines (one object per line) into a batch of the input schema.
 /// Unknown fields are an error naming the field and line. Binary values are
-/// base64 strings (as [`json_ready`] writes them).
+/// base64 strings (as [`json_ready`] writes them). Every refused record is
+/// reported ([`PipelineError::InvalidRecords`], the first
+/// [`MAX_LISTED_PROBLEMS`] listed), not only the first.
 pub fn rows_from_json(
     plugin: &LoadedPlugin,
     input: impl BufRead,
 ) -> Result<RecordBatch, PipelineError> {
+    let read = json_rows(plugin, input)?;
+    if !read.problems.is_empty() {
+        let total = read.problems.len();
+        let mut problems = read.problems;
+        problems.truncate(MAX_LISTED_PROBLEMS);
+        return Err(PipelineError::InvalidRecords { problems, total });
+    }
+    read.batch
+        .ok_or_else(|| invalid(None, None, "no records".into()))
+}
+
+/// [`rows_from_json`], keeping the good records when some are refused (for
+/// a load that sets the refused ones aside). `Err` only when the input
+/// cannot be read at all or has no records.
+pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows, PipelineError> {
     let schema = input_schema(plugin);
     let known: HashSet<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let binary: Vec<&str> = schema
@@ -73,77 +131,27 @@ pub fn rows_from_json(
         .map(|f| f.name().as_str())
         .collect();
     let mut lines = Vec::new();
-    // The input row (line index) of each line kept.
+    // The input record (non-blank line) of each line kept.
     let mut rows: Vec<usize> = Vec::new();
-    for (row, line) in input.lines().enumerate() {
+    let mut problems = Vec::new();
+    let mut row = 0;
+    for line in input.lines() {
         let line = line.map_err(|e| invalid(None, Some(row), format!("reading input: {e}")))?;
         if line.trim().is_empty() {
             continue;
         }
-        // Checked here so the error names the field (the JSON reader's does not).
-        let value: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|e| invalid(None, Some(row), format!("not JSON: {e}")))?;
-        let mut value = value;
-        let object = value
-            .as_object_mut()
-            .ok_or_else(|| invalid(None, Some(row), "each line must be a JSON object".into()))?;
-        if let Some(unknown) = object.keys().find(|k| !known.contains(k.as_str())) {
-            return Err(invalid(
-                Some(unknown.clone()),
-                Some(row),
-                format!("unknown field '{unknown}'"),
-            ));
-        }
-        // Strict: a value of another JSON type, out of range, or a vector
-        // of the wrong length is refused — never coerced (Arrow's reader
-        // would truncate 3.9 to 3 or read "2" as 2).
-        for field in schema.fields() {
-            if let Some(v) = object.get(field.name())
-                && let Err(problem) = check_json(field.data_type(), v)
-            {
-                return Err(invalid(
-                    Some(field.name().clone()),
-                    Some(row),
-                    format!("column '{}': {problem}", field.name()),
-                ));
+        match check_line(&schema, &known, &binary, row, line) {
+            Ok(line) => {
+                lines.push(line);
+                rows.push(row);
             }
+            Err(problem) => problems.push(problem),
         }
-        // Binary values are base64 in JSON; Arrow's JSON reader takes hex.
-        let mut rewritten = false;
-        for name in &binary {
-            if let Some(v) = object.get_mut(*name) {
-                match v {
-                    serde_json::Value::Null => {}
-                    serde_json::Value::String(text) => {
-                        let bytes = B64.decode(text.as_bytes()).map_err(|e| {
-                            invalid(
-                                Some(name.to_string()),
-                                Some(row),
-                                format!("column '{name}': binary values are base64: {e}"),
-                            )
-                        })?;
-                        *v = serde_json::Value::String(
-                            bytes.iter().map(|b| format!("{b:02x}")).collect(),
-                        );
-                        rewritten = true;
-                    }
-                    _ => {
-                        return Err(invalid(
-                            Some(name.to_string()),
-                            Some(row),
-                            format!("column '{name}': binary values are base64 strings"),
-                        ));
-                    }
-                }
-            }
-        }
-        lines.push(if rewritten { value.to_string() } else { line });
-        rows.push(row);
+        row += 1;
     }
-    if lines.is_empty() {
+    if row == 0 {
         return Err(invalid(None, None, "no records".into()));
     }
-    let joined = lines.join("\n");
     // The JSON reader has no dictionary support: read those columns as
     // strings, then cast.
     let reading = Arc::new(Schema::new_with_metadata(
@@ -159,53 +167,150 @@ pub fn rows_from_json(
             .collect::<Vec<Field>>(),
         schema.metadata().clone(),
     ));
-    let mut reader = arrow_json::ReaderBuilder::new(reading.clone())
-        .with_strict_mode(true)
-        .build(std::io::Cursor::new(joined.into_bytes()))
-        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
-    let mut batches = Vec::new();
-    for batch in &mut reader {
-        match batch {
-            Ok(batch) => batches.push(batch),
-            Err(e) => {
-                // Arrow's reader does not say which line: find it (the
-                // error path only; each line alone).
-                let row = lines
-                    .iter()
-                    .position(|line| {
-                        arrow_json::ReaderBuilder::new(reading.clone())
-                            .with_strict_mode(true)
-                            .build(std::io::Cursor::new(line.as_bytes()))
-                            .map(|r| r.into_iter().any(|b| b.is_err()))
-                            .unwrap_or(true)
-                    })
-                    .and_then(|i| rows.get(i).copied());
-                return Err(invalid(None, row, format!("reading JSON: {e}")));
+    let read_lines = |lines: &[String]| -> Result<RecordBatch, String> {
+        let joined = lines.join("\n");
+        let reader = arrow_json::ReaderBuilder::new(reading.clone())
+            .with_strict_mode(true)
+            .build(std::io::Cursor::new(joined.into_bytes()))
+            .map_err(|e| format!("reading JSON: {e}"))?;
+        let batches = reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("reading JSON: {e}"))?;
+        arrow_select::concat::concat_batches(&reading, &batches)
+            .map_err(|e| format!("reading JSON: {e}"))
+    };
+    let read = if lines.is_empty() {
+        None
+    } else {
+        match read_lines(&lines) {
+            Ok(read) => Some(read),
+            Err(_) => {
+                // Arrow's reader does not say which line: find them (the
+                // error path only; each line alone), set them aside, and
+                // read the rest.
+                let mut good = Vec::new();
+                let mut good_rows = Vec::new();
+                for (line, row) in lines.into_iter().zip(rows) {
+                    match read_lines(std::slice::from_ref(&line)) {
+                        Ok(_) => {
+                            good.push(line);
+                            good_rows.push(row);
+                        }
+                        Err(message) => problems.push(InputProblem {
+                            row,
+                            column: None,
+                            message,
+                        }),
+                    }
+                }
+                problems.sort_by_key(|p| p.row);
+                rows = good_rows;
+                match good.is_empty() {
+                    true => None,
+                    false => Some(read_lines(&good).map_err(|m| invalid(None, None, m))?),
+                }
+            }
+        }
+    };
+    let batch = match read {
+        None => None,
+        Some(read) => {
+            let columns = schema
+                .fields()
+                .iter()
+                .zip(read.columns())
+                .map(|(f, c)| {
+                    if c.data_type() == f.data_type() {
+                        Ok(c.clone())
+                    } else {
+                        arrow_cast::cast(c, f.data_type()).map_err(|e| {
+                            invalid(
+                                Some(f.name().clone()),
+                                None,
+                                format!("column '{}': {e}", f.name()),
+                            )
+                        })
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(
+                RecordBatch::try_new(schema.clone(), columns)
+                    .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?,
+            )
+        }
+    };
+    Ok(JsonRows {
+        batch,
+        kept: rows,
+        problems,
+    })
+}
+
+/// One line's checks before Arrow's reader sees it: an object, known
+/// fields, strict types; binary values rewritten from base64 to the hex
+/// Arrow's reader takes. The line to read, or why it is refused.
+fn check_line(
+    schema: &Schema,
+    known: &HashSet<&str>,
+    binary: &[&str],
+    row: usize,
+    line: String,
+) -> Result<String, InputProblem> {
+    let problem = |column: Option<&str>, message: String| InputProblem {
+        row,
+        column: column.map(str::to_string),
+        message,
+    };
+    // Checked here so the error names the field (the JSON reader's does not).
+    let mut value: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| problem(None, format!("not JSON: {e}")))?;
+    let object = value
+        .as_object_mut()
+        .ok_or_else(|| problem(None, "each line must be a JSON object".into()))?;
+    if let Some(unknown) = object.keys().find(|k| !known.contains(k.as_str())) {
+        return Err(problem(Some(unknown), format!("unknown field '{unknown}'")));
+    }
+    // Strict: a value of another JSON type, out of range, or a vector of the
+    // wrong length is refused — never coerced (Arrow's reader would truncate
+    // 3.9 to 3 or read "2" as 2).
+    for field in schema.fields() {
+        if let Some(v) = object.get(field.name())
+            && let Err(why) = check_json(field.data_type(), v)
+        {
+            return Err(problem(
+                Some(field.name()),
+                format!("column '{}': {why}", field.name()),
+            ));
+        }
+    }
+    // Binary values are base64 in JSON; Arrow's JSON reader takes hex.
+    let mut rewritten = false;
+    for name in binary {
+        if let Some(v) = object.get_mut(*name) {
+            match v {
+                serde_json::Value::Null => {}
+                serde_json::Value::String(text) => {
+                    let bytes = B64.decode(text.as_bytes()).map_err(|e| {
+                        problem(
+                            Some(name),
+                            format!("column '{name}': binary values are base64: {e}"),
+                        )
+                    })?;
+                    *v = serde_json::Value::String(
+                        bytes.iter().map(|b| format!("{b:02x}")).collect(),
+                    );
+                    rewritten = true;
+                }
+                _ => {
+                    return Err(problem(
+                        Some(name),
+                        format!("column '{name}': binary values are base64 strings"),
+                    ));
+                }
             }
         }
     }
-    let read = arrow_select::concat::concat_batches(&reading, &batches)
-        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?;
-    let columns = schema
-        .fields()
-        .iter()
-        .zip(read.columns())
-        .map(|(f, c)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                arrow_cast::cast(c, f.data_type()).map_err(|e| {
-                    invalid(
-                        Some(f.name().clone()),
-                        None,
-                        format!("column '{}': {e}", f.name()),
-                    )
-                })
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    RecordBatch::try_new(schema, columns)
-        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))
+    Ok(if rewritten { value.to_string() } else { line })
 }
 
 fn invalid(column: Option<String>, row: Option<usize>, message: String) -> PipelineError {

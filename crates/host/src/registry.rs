@@ -92,6 +92,26 @@ pub enum RegistryError {
         /// The store name.
         name: String,
     },
+    /// The plugin failed the probe run before a store pins it (see
+    /// [`crate::probe`]): it trapped, or its output does not match its
+    /// declaration.
+    #[error("plugin {plugin} failed its probe, so no store pins it: {}", problems.join("; "))]
+    ProbeFailed {
+        /// The plugin.
+        plugin: String,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// An upgrade's plugin declares another schema than the store's.
+    #[error(
+        "store '{name}': the new plugin declares a different schema: {difference}; an upgrade must declare the same schema (create a new store for a new one)"
+    )]
+    UpgradeRefused {
+        /// The store name.
+        name: String,
+        /// What differs.
+        difference: String,
+    },
     /// The stored plugin bytes do not hash to the pinned sha256.
     #[error(
         "store '{name}': the plugin file {path} has sha256 {found}, but the store pins {expected}; refusing to load it"
@@ -265,6 +285,33 @@ pub struct StoreEntry {
     pub params: Vec<(String, String)>,
     /// RFC 3339, UTC.
     pub created_at: String,
+}
+
+impl StoreEntry {
+    /// The schema as its author wrote it: for a store created from a spec
+    /// file, that spec — its rules and defaults included, numbers as written
+    /// (the plugin's declaration carries no rules) — else the declared spec.
+    pub fn spec_as_written(&self) -> SchemaSpec {
+        if self.plugin.source == "spec"
+            && let Some((_, text)) = self.params.iter().find(|(k, _)| k == "spec")
+            && let Ok(spec) = SchemaSpec::from_json(text)
+        {
+            return spec;
+        }
+        self.spec.clone()
+    }
+
+    /// The entry as `store describe` and the server show it: the schema as
+    /// written ([`Self::spec_as_written`]) and the parameters other than a
+    /// spec store's `spec` (it is the schema shown).
+    pub fn for_display(&self) -> serde_json::Value {
+        let mut shown = self.clone();
+        shown.spec = self.spec_as_written();
+        if self.plugin.source == "spec" {
+            shown.params.retain(|(k, _)| k != "spec");
+        }
+        serde_json::to_value(&shown).unwrap_or(serde_json::Value::Null)
+    }
 }
 
 /// A catalogue entry's state.
@@ -580,6 +627,9 @@ impl Registry {
         if key_rule == KeyRule::IdOnly {
             declared.spec.check(key_rule)?;
         }
+        // Run the plugin on generated records before pinning it: a broken
+        // transform fails here, not on the store's first add.
+        probe_before_pin(&plugin, &label).await?;
 
         let uri = options.uri.clone().unwrap_or_else(|| {
             self.root
@@ -886,6 +936,99 @@ impl Registry {
     }
 }
 
+/// What [`Registry::upgrade`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeReport {
+    /// The store name.
+    pub name: String,
+    /// The pin before.
+    pub from: PluginPin,
+    /// The pin now.
+    pub to: PluginPin,
+    /// The old plugin's file, removed when no store pins it any more.
+    pub removed_plugin_file: Option<PathBuf>,
+}
+
+impl Registry {
+    /// Replace the plugin store `name` pins by `bytes` (a component, `label`
+    /// naming it in errors and in the pin's source, `file:<label>`): the new
+    /// plugin must declare exactly the schema the store was created with
+    /// (the difference is the error otherwise), and pass the probe
+    /// ([`crate::probe`]). The entry is re-pinned atomically; a store open
+    /// elsewhere (a running server) keeps the old plugin until reopened.
+    pub async fn upgrade(&self, name: &str, label: &str, bytes: &[u8]) -> Result<UpgradeReport> {
+        let _name = self.name_lock(name).await?;
+        let mut entry = self.describe(name)?;
+        if entry.state != EntryState::Ready {
+            return Err(RegistryError::Incomplete {
+                name: name.to_string(),
+            });
+        }
+        let plugin = self.runtime.load(label, bytes, entry.params.clone())?;
+        let declared = plugin.declaration().clone();
+        // The stored data's shape must not change; named queries may.
+        let without_queries = |spec: &SchemaSpec| SchemaSpec {
+            queries: Vec::new(),
+            ..spec.clone()
+        };
+        if without_queries(&declared.spec) != without_queries(&entry.spec) {
+            return Err(RegistryError::UpgradeRefused {
+                name: name.to_string(),
+                difference: spec_difference(&entry.spec, &declared.spec),
+            });
+        }
+        probe_before_pin(&plugin, label).await?;
+        let from = entry.plugin.clone();
+        let to = PluginPin {
+            name: declared.name.clone(),
+            version: declared.version.clone(),
+            sha256: declared.sha256.clone(),
+            source: format!("file:{label}"),
+        };
+        let _pins = self.pins_lock()?;
+        self.pin_plugin(name, &to.sha256, bytes)?;
+        entry.plugin = to.clone();
+        entry.spec = declared.spec.clone();
+        let path = self.entry_path(name);
+        write_atomic(&path, &self.stored_form(&entry))?;
+        let still_pinned =
+            from.sha256 == to.sha256 || self.list()?.iter().any(|e| e.plugin.sha256 == from.sha256);
+        let removed_plugin_file = if still_pinned {
+            None
+        } else {
+            let old = self.plugin_path(&from.sha256);
+            match std::fs::remove_file(&old) {
+                Ok(()) => Some(old),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io(&old)(e)),
+            }
+        };
+        Ok(UpgradeReport {
+            name: name.to_string(),
+            from,
+            to,
+            removed_plugin_file,
+        })
+    }
+}
+
+/// Probe `plugin` ([`crate::probe`], off the async workers): `Err` with
+/// every problem when a store must not pin it.
+async fn probe_before_pin(plugin: &LoadedPlugin, label: &str) -> Result<()> {
+    let probed = plugin.clone();
+    let failed = |problems| RegistryError::ProbeFailed {
+        plugin: label.to_string(),
+        problems,
+    };
+    let report = tokio::task::spawn_blocking(move || crate::probe(&probed, None))
+        .await
+        .map_err(|e| failed(vec![format!("the probe did not finish: {e}")]))?;
+    match report.problems() {
+        problems if problems.is_empty() => Ok(()),
+        problems => Err(failed(problems)),
+    }
+}
+
 /// The engine config of a store: uri, the declared schema and key, vector
 /// columns, the storage options given.
 pub fn store_config(
@@ -939,6 +1082,12 @@ fn spec_difference(recorded: &SchemaSpec, now: &SchemaSpec) -> String {
             "{} columns are now {}",
             recorded.columns.len(),
             now.columns.len()
+        );
+    }
+    if recorded.name != now.name {
+        return format!(
+            "the schema's name '{}' is now '{}'",
+            recorded.name, now.name
         );
     }
     "blob columns, vectors, secondary key or capabilities differ".to_string()

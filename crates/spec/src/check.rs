@@ -471,6 +471,12 @@ fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&st
     {
         p(at(".rules"), format!("min {min} is above max {max}"));
     }
+    if let Some(default) = &r.default
+        && let Some(t) = t
+        && let Err(why) = default_fits(default, t)
+    {
+        p(at(".rules.default"), why);
+    }
     if let Some(values) = &r.one_of {
         if values.is_empty() {
             p(
@@ -485,6 +491,55 @@ fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&st
             );
         }
     }
+}
+
+/// Whether a column default fits its type: `"now"` for timestamps, a
+/// string for strings, an integer in range for integers, a number for
+/// floats, a boolean for booleans; no default for other types.
+fn default_fits(v: &serde_json::Value, t: &DataType) -> Result<(), String> {
+    use serde_json::Value;
+    let ok = match (t, v) {
+        (DataType::Timestamp(..), Value::String(s)) => s == "now",
+        (DataType::Timestamp(..), _) => false,
+        (DataType::Utf8 | DataType::LargeUtf8, Value::String(_)) => true,
+        (DataType::Dictionary(..), Value::String(_)) => true,
+        (DataType::Boolean, Value::Bool(_)) => true,
+        (DataType::Float32 | DataType::Float64, Value::Number(_)) => true,
+        (t, Value::Number(n)) if t.is_integer() => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => int_in_range(t, i128::from(i)),
+            (None, Some(u)) => int_in_range(t, i128::from(u)),
+            _ => false,
+        },
+        _ => false,
+    };
+    match ok {
+        true => Ok(()),
+        false => Err(match t {
+            DataType::Timestamp(..) => format!("a timestamp's default is \"now\", got {v}"),
+            t if t.is_integer() => format!("the default {v} is not a {t} integer"),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Dictionary(..) => {
+                format!("the default {v} is not a string")
+            }
+            DataType::Boolean => format!("the default {v} is not a boolean"),
+            DataType::Float32 | DataType::Float64 => format!("the default {v} is not a number"),
+            t => format!("a {t} column takes no default"),
+        }),
+    }
+}
+
+fn int_in_range(t: &DataType, v: i128) -> bool {
+    let (lo, hi): (i128, i128) = match t {
+        DataType::Int8 => (i8::MIN.into(), i8::MAX.into()),
+        DataType::Int16 => (i16::MIN.into(), i16::MAX.into()),
+        DataType::Int32 => (i32::MIN.into(), i32::MAX.into()),
+        DataType::Int64 => (i64::MIN.into(), i64::MAX.into()),
+        DataType::UInt8 => (0, u8::MAX.into()),
+        DataType::UInt16 => (0, u16::MAX.into()),
+        DataType::UInt32 => (0, u32::MAX.into()),
+        DataType::UInt64 => (0, u64::MAX.into()),
+        _ => return false,
+    };
+    (lo..=hi).contains(&v)
 }
 
 /// Why a name or a declared type is refused (the message of the

@@ -124,10 +124,18 @@ pub struct ColumnRules {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub non_empty: bool,
     /// Numbers: at least this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "as_written"
+    )]
     pub min: Option<f64>,
     /// Numbers: at most this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "as_written"
+    )]
     pub max: Option<f64>,
     /// Strings: one of these.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,6 +143,25 @@ pub struct ColumnRules {
     /// Strings: at most this many characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<u64>,
+    /// The value filled when a record leaves the column absent or null:
+    /// `"now"` for a timestamp (the host's clock at the add), else a constant
+    /// of the column's type (a string, a number, a boolean). A column with a
+    /// default may be non-nullable and still be left out of the input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<serde_json::Value>,
+}
+
+/// A number as it was most likely written: an integral value (within the
+/// integers a double holds exactly) as an integer, so `"min": 1` reads back
+/// as `1`, not `1.0`.
+fn as_written<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) if x.is_finite() && x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 => {
+            s.serialize_i64(*x as i64)
+        }
+        Some(x) => s.serialize_f64(*x),
+        None => s.serialize_none(),
+    }
 }
 
 impl ColumnRules {

@@ -294,14 +294,16 @@ fn syntax_errors_name_the_line() {
     assert!(err.to_string().contains("extra"), "{err}");
 }
 
+/// `good()` with column 1 of type `t` (and no rules), checked.
+fn with_type(t: &str) -> Result<(), SpecErrors> {
+    let mut spec = good();
+    spec.columns[1].data_type = t.to_string();
+    spec.columns[1].rules = ColumnRules::default();
+    spec.check(KeyRule::IdOnly).map(|_| ())
+}
+
 #[test]
 fn declared_types_are_bounded_before_and_after_parsing() {
-    let with_type = |t: &str| {
-        let mut spec = good();
-        spec.columns[1].data_type = t.to_string();
-        spec.columns[1].rules = ColumnRules::default();
-        spec.check(KeyRule::IdOnly).map(|_| ())
-    };
     // 100,000 nested `List(` would overflow Arrow's recursive parser: the
     // text is refused before it is parsed.
     let deep = format!("{}Int32{}", "List(".repeat(100_000), ")".repeat(100_000));
@@ -332,4 +334,57 @@ fn declared_types_are_bounded_before_and_after_parsing() {
         })
         .collect();
     assert!(problems(&spec).contains(&"columns".to_string()));
+}
+
+/// Every type spelling the docs list (docs/plugins.md) is accepted and
+/// means what they say.
+#[test]
+fn documented_type_spellings_parse() {
+    use arrow_schema::{DataType, TimeUnit};
+    use std::str::FromStr;
+    let utc = || Some("UTC".into());
+    for (text, expected) in [
+        (
+            "Timestamp(µs)",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        ),
+        (
+            "Timestamp(µs, \"UTC\")",
+            DataType::Timestamp(TimeUnit::Microsecond, utc()),
+        ),
+        (
+            "Timestamp(Microsecond, None)",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+        ),
+        (
+            "Timestamp(Microsecond, Some(\"UTC\"))",
+            DataType::Timestamp(TimeUnit::Microsecond, utc()),
+        ),
+        (
+            "Timestamp(ms)",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+        ),
+        (
+            "Timestamp(s, \"UTC\")",
+            DataType::Timestamp(TimeUnit::Second, utc()),
+        ),
+        (
+            "Timestamp(ns)",
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+        ),
+        ("Date32", DataType::Date32),
+        (
+            "Dictionary(Int8, Utf8)",
+            DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::Utf8)),
+        ),
+        (
+            "FixedSizeList(4 x Float32)",
+            DataType::new_fixed_size_list(DataType::Float32, 4, true),
+        ),
+        ("List(Utf8)", DataType::new_list(DataType::Utf8, true)),
+    ] {
+        let parsed = DataType::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(parsed, expected, "{text}");
+        assert!(with_type(text).is_ok(), "{text}: {:?}", with_type(text));
+    }
 }

@@ -1,5 +1,5 @@
-//! The built-in context schema (26 columns; `../shared/spec/builtin-schemas.md`
-//! §2 and §5): agent context records with lifecycle, supersession, tombstones,
+//! The built-in context schema (26 columns; `docs/schemas.md`):
+//! agent context records with lifecycle, supersession, tombstones,
 //! an optional caller key (`external_id`) and an embedding.
 //!
 //! Parameters (JSON values): `embedding_dim` (integer > 0, default 1536),

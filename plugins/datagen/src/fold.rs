@@ -1,4 +1,4 @@
-//! The fold of one item's events into its state (spec §7), the reducer of the
+//! The fold of one item's events into its state (docs/schemas.md, "The item fold"), the reducer of the
 //! `item_state` and `item_trajectory` named queries. Input: the item's events
 //! in `(item_seq, event_id)` order (the query's order; one row per `event_id`,
 //! the store's key). Blob bytes are not read (the host leaves blob columns

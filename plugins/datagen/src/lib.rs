@@ -1,6 +1,6 @@
 //! The built-in datagen schema (34 columns, keyed by `event_id`;
-//! `../shared/spec/builtin-schemas.md` §3 and §7): an append-only checkpoint
-//! event log from which item state is folded.
+//! `docs/schemas.md`): an append-only checkpoint event log from which item
+//! state is folded.
 //!
 //! validate, per event: non-empty `event_id`, `item_id`, `root_item_id`,
 //! `checkpoint_id`, `run_id`, `writer_epoch`; `item_seq` ≥ 0, `attempt` ≥ 0,

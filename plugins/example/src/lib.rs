@@ -21,8 +21,17 @@ impl Plugin for Notes {
         Ok(Declaration::new("notes", "0.1.0", schema).with_vector("embedding", 4, Metric::Cosine))
     }
 
-    fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
-        for row in rows_where_empty(batch, "text") {
+    fn validate(batch: &RecordBatch, call: &CallInfo, errors: &mut RowErrors) {
+        // The key and every other non-nullable column: `required` row errors.
+        if let Ok(declared) = call.declaration::<Self>() {
+            require_declared(batch, &declared.schema, errors);
+        }
+        // (A null text is reported once, above: here only empty strings.)
+        let null_text = rows_where_null(batch, "text");
+        for row in rows_where_empty(batch, "text")
+            .into_iter()
+            .filter(|row| !null_text.contains(row))
+        {
             errors.push(row, Some("text"), "required", "text must not be empty");
         }
         if let Some(priority) = batch.column_by_name("priority") {

@@ -25,6 +25,10 @@
 //! | `errors` | (validate) returns `n` ordinary row errors |
 //! | `ansi` | (validate) returns a row error full of terminal escapes |
 //! | `uuid` | (transform) returns `payload` = 16 random bytes |
+//! | `undeclared` | (transform) returns a column `extra` it does not declare |
+//!
+//! The creation parameter `transform` (e.g. `transform="lying"`) sets the
+//! transform's mode for every call, whatever the rows say.
 //!
 //! Describe-only parameters: `abi` sets the ABI version it claims; `broken`
 //! declares a schema breaking several rules at once; `giant` declares a
@@ -286,14 +290,35 @@ mod component {
             Ok("{}".into())
         }
 
-        fn transform(batch: Vec<u8>, _context: CallContext) -> Result<Vec<u8>, BatchError> {
+        fn transform(batch: Vec<u8>, context: CallContext) -> Result<Vec<u8>, BatchError> {
             let calls = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
             let input = input(batch)?;
             misbehave(&input.mode);
             checks(&input)?;
             let rows: usize = input.batches.iter().map(|b| b.num_rows()).sum();
             let malformed = |e: ipc::WireError| BatchError::MalformedInput(e.to_string());
-            match input.mode.as_str() {
+            // The creation parameter `transform` picks the mode for every
+            // call (whatever the rows say): a plugin broken on every record.
+            let mode = context
+                .params
+                .iter()
+                .find(|(k, _)| k == "transform")
+                .map(|(_, v)| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| input.mode.clone());
+            match mode.as_str() {
+                "undeclared" => {
+                    // Returns a column the declaration does not have.
+                    let extra = RecordBatch::try_new(
+                        Arc::new(Schema::new(vec![Field::new(
+                            "extra",
+                            DataType::Int64,
+                            true,
+                        )])),
+                        vec![Arc::new(Int64Array::from(vec![1; rows]))],
+                    )
+                    .map_err(|e| BatchError::MalformedInput(e.to_string()))?;
+                    ipc::encode(&[extra]).map_err(malformed)
+                }
                 "garbage" => Ok(vec![
                     0xde, 0xad, 0xbe, 0xef, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3,
                 ]),

@@ -1,5 +1,5 @@
-//! The built-in rollout schema (36 columns; `../shared/spec/builtin-schemas.md`
-//! §1 and §6): one row per message of an RL trajectory.
+//! The built-in rollout schema (36 columns; `docs/schemas.md`):
+//! one row per message of an RL trajectory.
 //!
 //! - validate: `id` and `rollout_id` present and non-empty; a `binary_payload`
 //!   and its `payload_size` agree, and no `payload_size` is declared without

@@ -11,7 +11,7 @@ use lance_context_plugin::arrow_array::types::{Int8Type, Int32Type};
 
 use super::*;
 
-/// The spec's table (§1): name, type, nullable.
+/// The rollout schema's columns (docs/schemas.md): name, type, nullable.
 #[test]
 fn schema_matches_the_spec_column_for_column() {
     let s = schema();

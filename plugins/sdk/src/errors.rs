@@ -45,6 +45,16 @@ impl From<&str> for InvalidParams {
     }
 }
 
+impl From<InvalidParams> for RowErrors {
+    /// A `params` error on the batch's first row (a transform that cannot
+    /// rebuild its declaration from the store's parameters).
+    fn from(e: InvalidParams) -> Self {
+        let mut errors = RowErrors::default();
+        errors.push(0, None, "params", e.0);
+        errors
+    }
+}
+
 /// Collects every problem found in a batch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RowErrors {
@@ -118,5 +128,27 @@ pub fn rows_where_empty(batch: &RecordBatch, column: &str) -> Vec<usize> {
         Some(values) => (0..values.len())
             .filter(|&i| values.is_null(i) || values.value(i).is_empty())
             .collect(),
+    }
+}
+
+/// Every row where a non-nullable column of `declared` is null (or the
+/// column absent) is a `required` error naming the column — what the
+/// engine would refuse, reported as row errors instead. Call it first in
+/// `validate`: `plugin check` warns about a plugin that lets such a record
+/// through.
+pub fn require_declared(
+    batch: &RecordBatch,
+    declared: &arrow_schema::Schema,
+    errors: &mut RowErrors,
+) {
+    for field in declared.fields().iter().filter(|f| !f.is_nullable()) {
+        for row in rows_where_null(batch, field.name()) {
+            errors.push(
+                row,
+                Some(field.name()),
+                "required",
+                format!("{} is required", field.name()),
+            );
+        }
     }
 }

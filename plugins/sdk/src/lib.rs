@@ -6,25 +6,49 @@
 //! wasm32-wasip2`. The contract is `wit/plugin.wit`
 //! (`lance-context:plugin@0.1.0`).
 //!
-//! ```ignore
+//! ```
 //! use lance_context_plugin::*;
 //!
-//! struct Notes;
+//! pub struct Notes;
+//!
 //! impl Plugin for Notes {
 //!     fn describe(_params: &Params) -> Result<Declaration, InvalidParams> {
 //!         Ok(Declaration::new("notes", "0.1.0", Schema::new(vec![
 //!             key_field("id"),
 //!             Field::new("text", DataType::Utf8, false),
+//!             // A UTC timestamp: microseconds, zone "UTC".
+//!             Field::new("at", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
 //!         ])))
 //!     }
-//!     fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {
+//!     fn validate(batch: &RecordBatch, call: &CallInfo, errors: &mut RowErrors) {
+//!         // Non-nullable columns (the key, `text`) as `required` row errors.
+//!         if let Ok(d) = call.declaration::<Self>() {
+//!             require_declared(batch, &d.schema, errors);
+//!         }
 //!         for row in rows_where_empty(batch, "text") {
 //!             errors.push(row, Some("text"), "required", "text must not be empty");
 //!         }
 //!     }
 //! }
+//!
+//! // The component's exports exist only in the wasm32 build; natively the
+//! // crate is plain Rust, so `cargo test` runs the plugin's logic.
+//! #[cfg(target_arch = "wasm32")]
 //! export_plugin!(Notes);
+//!
+//! # let batch = RecordBatch::try_new(
+//! #     std::sync::Arc::new(Schema::new(vec![Field::new("text", DataType::Utf8, true)])),
+//! #     vec![std::sync::Arc::new(arrow_array::StringArray::from(vec![Some("")]))],
+//! # ).unwrap();
+//! let mut errors = RowErrors::default();
+//! Notes::validate(&batch, &CallInfo::default(), &mut errors);
+//! let codes: Vec<String> = errors.into_vec().into_iter().map(|e| e.code).collect();
+//! assert_eq!(codes, ["required", "required"]); // no id; empty text
 //! ```
+//!
+//! A crate of its own needs `crate-type = ["cdylib", "rlib"]` (the component
+//! and native tests) and a release profile of `opt-level = 3`, `lto = true`,
+//! `panic = "abort"`; `lance-context plugin new NAME` writes one.
 //!
 //! Everything except the export glue is plain Rust over Arrow, so a plugin's
 //! logic is unit-tested natively.
@@ -43,11 +67,15 @@ pub mod bindings;
 
 pub use arrow_array::{self, Array, ArrayRef, RecordBatch};
 pub use arrow_schema::{self, DataType, Field, Schema, SchemaRef, TimeUnit};
+/// Arrow's selection kernels (`zip`, `filter`, `take`, `concat`).
+pub use arrow_select;
 pub use declaration::{
     ABI_VERSION, Capabilities, Capability, Declaration, Metric, NamedQuery, PRIMARY_KEY_METADATA,
     TOMBSTONE_CONTENT_TYPE, VectorColumn, key_field,
 };
-pub use errors::{InvalidParams, RowError, RowErrors, rows_where_empty, rows_where_null};
+pub use errors::{
+    InvalidParams, RowError, RowErrors, require_declared, rows_where_empty, rows_where_null,
+};
 pub use shared::{check_relationships, relationships_field, require_non_empty};
 
 /// Creation parameters: `(name, JSON text)` pairs.
@@ -70,8 +98,9 @@ pub trait Plugin {
     /// Return the columns you fill or derive, by name: columns you leave out
     /// are kept from the input as they are (the host assembles the declared
     /// batch), so pass-through columns never cross the boundary twice. Returning
-    /// the whole batch is allowed too. [`defaults::derive`] builds the result.
-    /// The default derives nothing.
+    /// the whole batch is allowed too. [`defaults::derive`] builds the result
+    /// from the declared schema, which [`CallInfo::schema`] gives
+    /// (`call.schema::<Self>()?`). The default derives nothing.
     fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
         let _ = call;
         Ok(RecordBatch::try_new_with_options(
@@ -99,6 +128,21 @@ pub struct CallInfo {
     pub now_micros: i64,
     /// The store's creation parameters.
     pub params: Vec<(String, String)>,
+}
+
+impl CallInfo {
+    /// The declaration of plugin `P` for this store: `P::describe` with the
+    /// store's parameters (what the store was created with).
+    pub fn declaration<P: Plugin + ?Sized>(&self) -> Result<Declaration, InvalidParams> {
+        P::describe(&self.params)
+    }
+
+    /// The declared schema of plugin `P` for this store — what
+    /// [`defaults::derive`] takes. In a transform:
+    /// `defaults::derive(call.schema::<Self>()?, &batch, |name, given| …)`.
+    pub fn schema<P: Plugin + ?Sized>(&self) -> Result<SchemaRef, RowErrors> {
+        Ok(std::sync::Arc::new(self.declaration::<P>()?.schema))
+    }
 }
 
 fn check<P: Plugin>(batches: &[RecordBatch], call: &CallInfo) -> Result<(), CallError> {

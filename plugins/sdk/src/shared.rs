@@ -9,7 +9,7 @@ use arrow_schema::{DataType, Field};
 use crate::{RowErrors, rows_where_empty};
 
 /// `relationships`: List<Struct{target_id: Utf8, relation: Utf8, weight: Float32}>,
-/// every level nullable, the list item named `item` (spec §1 column 31).
+/// every level nullable, the list item named `item` (the rollout and context schemas, docs/schemas.md).
 pub fn relationships_field() -> Field {
     let relationship = DataType::Struct(
         vec![

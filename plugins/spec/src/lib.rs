@@ -4,11 +4,16 @@
 //! same rules as the host and declares its schema, key, vectors, blob columns,
 //! secondary key and capabilities.
 //!
-//! validate, per row and column: non-null columns present (`required`), and
-//! each column's rules — `non_empty`, `one_of`, `max_length` for strings,
-//! `min` / `max` for numbers (`rule` errors naming the rule). Types are the
+//! validate, per row and column: non-null columns present (`required`;
+//! not for a column with a default), and each column's rules — `non_empty`,
+//! `one_of`, `max_length` for strings, `min` / `max` for numbers (errors
+//! named by the rule). Vector columns: every element finite (`finite`), and
+//! a non-zero vector where the metric is cosine (`non_zero`). Types are the
 //! host's to check (input matched by name and type before the plugin runs).
-//! No transform.
+//!
+//! transform (declared only when a column has a `default`): fills each such
+//! column where the record leaves it absent or null — `"now"` with the host's
+//! clock for a timestamp, else the constant.
 
 use lance_context_plugin::arrow_array::cast::AsArray;
 use lance_context_plugin::arrow_array::types::{
@@ -72,6 +77,9 @@ impl Plugin for SpecPlugin {
                 reduce: false,
             })
             .collect();
+        if spec.columns.iter().any(|c| c.rules.default.is_some()) {
+            d = d.with_transform();
+        }
         d.capabilities = Capabilities {
             tombstones: spec.has(Capability::Tombstones),
             supersession: spec.has(Capability::Supersession),
@@ -89,13 +97,158 @@ impl Plugin for SpecPlugin {
             Err(refused) => errors.push(0, None, "params", refused.to_string()),
         }
     }
+
+    fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {
+        let spec = spec_from(&call.params)?;
+        let rows = batch.num_rows();
+        let declared = call.schema::<Self>()?;
+        defaults::derive(declared.clone(), &batch, |name, given| {
+            let default = spec
+                .columns
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| c.rules.default.as_ref());
+            match (default, declared.field_with_name(name)) {
+                (Some(default), Ok(field)) => {
+                    let absent;
+                    let given = match given {
+                        Some(g) => g,
+                        None => {
+                            absent = arrow_array::new_null_array(field.data_type(), rows);
+                            &absent
+                        }
+                    };
+                    fill(name, given, rows, default, call.now_micros).map(Some)
+                }
+                _ => Ok(None),
+            }
+        })
+    }
+}
+
+/// `given` (of the column's declared type) with its nulls replaced by
+/// `default`.
+fn fill(
+    column: &str,
+    given: &ArrayRef,
+    rows: usize,
+    default: &serde_json::Value,
+    now_micros: i64,
+) -> Result<ArrayRef, RowErrors> {
+    use std::sync::Arc;
+
+    use lance_context_plugin::arrow_array::types::{
+        ArrowDictionaryKeyType, TimestampMicrosecondType, TimestampMillisecondType,
+        TimestampNanosecondType, TimestampSecondType,
+    };
+    use lance_context_plugin::arrow_array::{
+        BooleanArray, LargeStringArray, PrimitiveArray, StringArray,
+        builder::StringDictionaryBuilder,
+    };
+    let t = given.data_type().clone();
+    let bad = || unfillable(column, &format!("the default {default} does not fit {t}"));
+    macro_rules! constant {
+        ($arrow:ty, $v:expr) => {
+            Arc::new(PrimitiveArray::<$arrow>::from_value($v, rows)) as ArrayRef
+        };
+    }
+    let int = || default.as_i64().ok_or_else(bad);
+    fn dictionary<K: ArrowDictionaryKeyType>(
+        given: &ArrayRef,
+        rows: usize,
+        value: &str,
+        column: &str,
+    ) -> Result<ArrayRef, RowErrors> {
+        use lance_context_plugin::arrow_array::ArrayAccessor;
+        let given = given.as_dictionary::<K>();
+        let strings = given
+            .downcast_dict::<StringArray>()
+            .ok_or_else(|| unfillable(column, "the dictionary's values are not Utf8"))?;
+        let mut builder = StringDictionaryBuilder::<K>::new();
+        for row in 0..rows {
+            let v = match given.is_valid(row) {
+                true => strings.value(row),
+                false => value,
+            };
+            builder
+                .append(v)
+                .map_err(|e| unfillable(column, &e.to_string()))?;
+        }
+        Ok(Arc::new(builder.finish()))
+    }
+    let fallback: ArrayRef = match (&t, default) {
+        (DataType::Timestamp(unit, tz), _) => {
+            let array: ArrayRef = match unit {
+                TimeUnit::Second => constant!(TimestampSecondType, now_micros / 1_000_000),
+                TimeUnit::Millisecond => constant!(TimestampMillisecondType, now_micros / 1_000),
+                TimeUnit::Microsecond => constant!(TimestampMicrosecondType, now_micros),
+                TimeUnit::Nanosecond => {
+                    constant!(TimestampNanosecondType, now_micros.saturating_mul(1_000))
+                }
+            };
+            match tz {
+                // Same values, the column's zone.
+                Some(_) => lance_context_plugin::arrow_array::make_array(
+                    array
+                        .to_data()
+                        .into_builder()
+                        .data_type(t.clone())
+                        .build()
+                        .map_err(|e| unfillable(column, &e.to_string()))?,
+                ),
+                None => array,
+            }
+        }
+        (DataType::Utf8, serde_json::Value::String(v)) => {
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, rows)))
+        }
+        (DataType::LargeUtf8, serde_json::Value::String(v)) => Arc::new(
+            LargeStringArray::from_iter_values(std::iter::repeat_n(v, rows)),
+        ),
+        (DataType::Dictionary(k, _), serde_json::Value::String(v)) => {
+            use lance_context_plugin::arrow_array::types::{Int8Type, Int16Type, Int32Type};
+            return match k.as_ref() {
+                DataType::Int8 => dictionary::<Int8Type>(given, rows, v, column),
+                DataType::Int16 => dictionary::<Int16Type>(given, rows, v, column),
+                _ => dictionary::<Int32Type>(given, rows, v, column),
+            };
+        }
+        (DataType::Boolean, serde_json::Value::Bool(b)) => {
+            Arc::new(BooleanArray::from(vec![*b; rows]))
+        }
+        (DataType::Float32, _) => constant!(Float32Type, default.as_f64().ok_or_else(bad)? as f32),
+        (DataType::Float64, _) => constant!(Float64Type, default.as_f64().ok_or_else(bad)?),
+        (DataType::Int8, _) => constant!(Int8Type, i8::try_from(int()?).map_err(|_| bad())?),
+        (DataType::Int16, _) => constant!(Int16Type, i16::try_from(int()?).map_err(|_| bad())?),
+        (DataType::Int32, _) => constant!(Int32Type, i32::try_from(int()?).map_err(|_| bad())?),
+        (DataType::Int64, _) => constant!(Int64Type, int()?),
+        (DataType::UInt8, _) => constant!(UInt8Type, u8::try_from(int()?).map_err(|_| bad())?),
+        (DataType::UInt16, _) => constant!(UInt16Type, u16::try_from(int()?).map_err(|_| bad())?),
+        (DataType::UInt32, _) => constant!(UInt32Type, u32::try_from(int()?).map_err(|_| bad())?),
+        (DataType::UInt64, _) => constant!(UInt64Type, default.as_u64().ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    let keep = BooleanArray::from_iter((0..rows).map(|row| Some(given.is_valid(row))));
+    lance_context_plugin::arrow_select::zip::zip(&keep, given, &fallback)
+        .map_err(|e| unfillable(column, &e.to_string()))
+}
+
+fn unfillable(column: &str, why: &str) -> RowErrors {
+    let mut errors = RowErrors::default();
+    errors.push(
+        0,
+        Some(column),
+        "default",
+        format!("cannot fill {column}: {why}"),
+    );
+    errors
 }
 
 /// Check a batch against a spec's nullability and value rules.
 pub fn check(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors) {
     for column in &spec.columns {
         let array = batch.column_by_name(&column.name);
-        if !column.nullable {
+        if !column.nullable && column.rules.default.is_none() {
             match array {
                 None => {
                     for row in 0..batch.num_rows() {
@@ -189,6 +342,46 @@ pub fn check(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors) {
                 }
             }
             _ => {}
+        }
+    }
+    check_vectors(spec, batch, errors);
+}
+
+/// Vector columns: every element of a vector finite; under the cosine
+/// metric, not all zero (its distance to anything is undefined).
+fn check_vectors(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors) {
+    for v in &spec.vectors {
+        let Some(array) = batch.column_by_name(&v.column) else {
+            continue;
+        };
+        let Some(lists) = array.as_fixed_size_list_opt() else {
+            continue;
+        };
+        let name = v.column.as_str();
+        for row in (0..lists.len()).filter(|&r| lists.is_valid(r)) {
+            let item = lists.value(row);
+            let Some(values) = item.as_primitive_opt::<Float32Type>() else {
+                continue;
+            };
+            if let Some(i) =
+                (0..values.len()).find(|&i| values.is_null(i) || !values.value(i).is_finite())
+            {
+                errors.push(
+                    row,
+                    Some(name),
+                    "finite",
+                    format!("{name}: element {i} is not a finite number"),
+                );
+                continue;
+            }
+            if v.metric == Metric::Cosine && values.values().iter().all(|x| *x == 0.0) {
+                errors.push(
+                    row,
+                    Some(name),
+                    "non_zero",
+                    format!("{name}: a zero vector has no direction (the metric is cosine)"),
+                );
+            }
         }
     }
 }

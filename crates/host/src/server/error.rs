@@ -83,6 +83,23 @@ impl ApiError {
                 e.details = json!({"record": row, "column": column});
                 break;
             }
+            // Every refused record (the first listed in `record`/`column`).
+            if let Some(PipelineError::InvalidRecords { problems, total }) =
+                cause.downcast_ref::<PipelineError>()
+            {
+                let first = problems.first();
+                e.details = json!({
+                    "record": first.map(|p| p.row),
+                    "column": first.and_then(|p| p.column.clone()),
+                    "input_errors": problems.iter().map(|p| json!({
+                        "record": p.row,
+                        "column": p.column,
+                        "message": p.message,
+                    })).collect::<Vec<_>>(),
+                    "total": total,
+                });
+                break;
+            }
             next = cause.source();
         }
         e

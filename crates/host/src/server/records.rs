@@ -4,6 +4,7 @@
 
 use arrow_array::RecordBatch;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::error::ApiError;
 use crate::{LoadedPlugin, json_ready, rows_from_json};
@@ -61,12 +62,69 @@ pub(crate) fn batch_from_json(
     rows_from_json(plugin, text.as_slice()).map_err(|e| {
         let at = match &e {
             crate::PipelineError::InvalidInput { row: Some(row), .. } => format!("record {row}: "),
+            crate::PipelineError::InvalidRecords { problems, .. } => problems
+                .first()
+                .map(|p| format!("record {}: ", p.row))
+                .unwrap_or_default(),
             _ => String::new(),
         };
         let mut err = ApiError::from(e);
         err.message = format!("{at}{}", err.message);
         err
     })
+}
+
+/// Records as the answer's JSON array, written once by Arrow's JSON writer
+/// and passed through as is (not parsed into values and written again).
+#[derive(serde::Serialize)]
+pub(crate) struct RawRecords {
+    pub records: Box<RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+impl RawRecords {
+    pub fn of(batch: &RecordBatch) -> Result<Self, ApiError> {
+        Ok(Self {
+            records: to_json_array(batch)?,
+            next_cursor: None,
+        })
+    }
+}
+
+/// A batch as a JSON array of objects, binary columns as base64.
+pub(crate) fn to_json_array(batch: &RecordBatch) -> Result<Box<RawValue>, ApiError> {
+    let internal =
+        |e: String| ApiError::of_kind(crate::ErrorKind::Internal, format!("encoding JSON: {e}"));
+    let batch = json_ready(batch).map_err(|e| internal(e.to_string()))?;
+    let mut writer = arrow_json::ArrayWriter::new(Vec::new());
+    writer.write(&batch).map_err(|e| internal(e.to_string()))?;
+    writer.finish().map_err(|e| internal(e.to_string()))?;
+    let mut bytes = writer.into_inner();
+    if bytes.is_empty() {
+        bytes = b"[]".to_vec();
+    }
+    let text = String::from_utf8(bytes).map_err(|e| internal(e.to_string()))?;
+    RawValue::from_string(text).map_err(|e| internal(e.to_string()))
+}
+
+/// The last row's value of the string column `column`, if any.
+pub(crate) fn last_string(batch: &RecordBatch, column: &str) -> Option<String> {
+    use arrow_array::{Array, LargeStringArray, StringArray, StringViewArray};
+    let array = batch.column_by_name(column)?;
+    let last = array.len().checked_sub(1)?;
+    if array.is_null(last) {
+        return None;
+    }
+    let any = array.as_any();
+    if let Some(a) = any.downcast_ref::<StringArray>() {
+        return Some(a.value(last).to_string());
+    }
+    if let Some(a) = any.downcast_ref::<LargeStringArray>() {
+        return Some(a.value(last).to_string());
+    }
+    any.downcast_ref::<StringViewArray>()
+        .map(|a| a.value(last).to_string())
 }
 
 /// A batch as JSON objects, binary columns as base64.

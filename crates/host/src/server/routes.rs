@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
 use lance_context_client::{
-    Added, CreateStore, Deleted, ErrorBody, GetMany, IndexRequest, ListParams, Page, Patched,
-    PluginInfo, QueryRequest, QueryResult, Records, SearchRequest, StoreInfo, StoreList,
-    UpsertResult, Upserted,
+    Added, CompactionReport, CreateStore, Deleted, Dropped, ErrorBody, GetMany, IndexRequest,
+    Indexed, ListParams, MergeReport, Page, Patched, PluginInfo, QueryRequest, QueryResult,
+    Records, SearchRequest, StoreInfo, StoreList, StoreStatus, UpsertResult, Upserted,
 };
 use lance_context_store::{PatchTarget, ScanRequest, SortKey, VectorQuery};
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 use super::auth::{Role, authorize};
 use super::error::ApiError;
-use super::records::{batch_from_json, to_json};
+use super::records::{RawRecords, batch_from_json, last_string, to_json};
 use super::{AppState, OpenStore};
 use crate::spec::{Capability, SchemaSpec};
 use crate::{CreateOptions, ErrorKind, SchemaSource, StoreEntry, conform, default_projection};
@@ -65,7 +65,7 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
     use utoipa::OpenApi as _;
     use utoipa_axum::router::OpenApiRouter;
     use utoipa_axum::routes;
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, api) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health))
         .routes(routes!(ready))
         .routes(routes!(list_stores, create_store))
@@ -80,7 +80,105 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(compact))
         .routes(routes!(index))
         .routes(routes!(stats))
-        .split_for_parts()
+        .split_for_parts();
+    (router, document(api))
+}
+
+/// An Arrow IPC stream (the bulk form of an add).
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code)] // a schema only: bodies are read as bytes
+struct ArrowStream(Vec<u8>);
+
+/// The errors every `/api/v1` route can answer, added to each operation
+/// here rather than repeated in every annotation (a route's own errors —
+/// 409, 413, 415, 422, 502 — are in its annotation), and the document's
+/// own route.
+fn document(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItem};
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder, ResponsesBuilder};
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build()
+    };
+    let common = [
+        ("400", "invalid input: the message says what and where"),
+        ("401", "no or unknown token (when the server has tokens)"),
+        ("403", "the token's role or stores do not allow this"),
+        ("404", "no such store (or record, route)"),
+        (
+            "408",
+            "the request's body did not arrive within the deadline",
+        ),
+        ("500", "an internal or storage error"),
+        (
+            "503",
+            "busy (backpressure, the store's concurrency bound), past the deadline, or unavailable: retry after Retry-After",
+        ),
+    ];
+    for (path, item) in api.paths.paths.iter_mut() {
+        if !path.starts_with("/api/v1/") {
+            continue;
+        }
+        for (method_writes, operation) in [
+            (false, &mut item.get),
+            (true, &mut item.post),
+            (true, &mut item.put),
+            (true, &mut item.patch),
+            (true, &mut item.delete),
+        ] {
+            let Some(operation) = operation else { continue };
+            let mut own: Vec<(&str, &str)> = Vec::new();
+            if operation.request_body.is_some() {
+                own.push(("413", "the body exceeds the server's limit"));
+            }
+            // Reads sent as POST (a body of keys, a query, a vector) write nothing.
+            let reads = matches!(
+                operation.operation_id.as_deref(),
+                Some("lookup" | "search" | "query")
+            );
+            if method_writes && !reads {
+                own.push((
+                    "409",
+                    "conflict: another writer or a concurrent commit won; retry",
+                ));
+            }
+            for (status, description) in common.into_iter().chain(own) {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| error(description).into());
+            }
+        }
+    }
+    let own = OperationBuilder::new()
+        .tag("health")
+        .summary(Some("This document (OpenAPI 3.1)"))
+        .security(utoipa::openapi::security::SecurityRequirement::default())
+        .responses(
+            ResponsesBuilder::new()
+                .response(
+                    "200",
+                    ResponseBuilder::new()
+                        .description("the API's OpenAPI document")
+                        .content("application/json", ContentBuilder::new().build()),
+                )
+                .build(),
+        )
+        .build();
+    api.paths.paths.insert(
+        "/api/v1/openapi.json".into(),
+        PathItem::new(HttpMethod::Get, own),
+    );
+    api
 }
 
 pub(crate) fn router(state: Shared) -> axum::Router {
@@ -149,12 +247,12 @@ async fn not_found() -> ApiError {
     ApiError::of_kind(ErrorKind::NotFound, "no such route")
 }
 
-#[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, description = "the server runs")))]
+#[utoipa::path(get, path = "/health", tag = "health", security(()), responses((status = 200, description = "the server runs", body = Object)))]
 async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[utoipa::path(get, path = "/ready", tag = "health", responses((status = 200, description = "the registry is readable"), (status = 500, description = "it is not", body = ErrorBody)))]
+#[utoipa::path(get, path = "/ready", tag = "health", security(()), responses((status = 200, description = "the registry is readable", body = Object), (status = 500, description = "it is not", body = ErrorBody)))]
 async fn ready(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
     let stores = state.registry.list()?.len();
     Ok(Json(json!({"status": "ready", "stores": stores})))
@@ -204,6 +302,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
 }
 
 fn info(entry: StoreEntry) -> StoreInfo {
+    let spec = serde_json::to_value(entry.spec_as_written()).unwrap_or(Value::Null);
     StoreInfo {
         name: entry.name,
         state: format!("{:?}", entry.state).to_lowercase(),
@@ -214,7 +313,7 @@ fn info(entry: StoreEntry) -> StoreInfo {
             sha256: entry.plugin.sha256,
             source: entry.plugin.source,
         },
-        spec: serde_json::to_value(&entry.spec).unwrap_or(Value::Null),
+        spec,
         created_at: entry.created_at,
     }
 }
@@ -303,7 +402,7 @@ where
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/stores", tag = "stores", responses((status = 200, body = StoreList), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/stores", tag = "stores", responses((status = 200, body = StoreList)))]
 async fn list_stores(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -319,7 +418,7 @@ async fn list_stores(
     Ok(Json(StoreList { stores }))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores", tag = "stores", request_body = CreateStore, responses((status = 201, body = StoreInfo), (status = 409, description = "exists", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores", tag = "stores", request_body = CreateStore, responses((status = 201, body = StoreInfo), (status = 409, description = "exists", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
 async fn create_store(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -379,7 +478,7 @@ async fn create_store(
     Ok((StatusCode::CREATED, Json(info(entry))).into_response())
 }
 
-#[utoipa::path(get, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, body = StoreInfo), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, body = StoreInfo)))]
 async fn describe_store(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -389,12 +488,12 @@ async fn describe_store(
     Ok(Json(info(state.registry.describe(&name)?)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "dropped: its data and entry"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "dropped: its data and entry", body = Dropped)))]
 async fn drop_store(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Dropped>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
     let open = state.stores.lock().await.remove(&name);
     if let Some(open) = open.and_then(|cell| cell.get().cloned()) {
@@ -409,7 +508,10 @@ async fn drop_store(
         .registry
         .drop_store(&name, &state.config.storage_options)
         .await?;
-    Ok(Json(json!({"dropped": report.name, "uri": report.uri})))
+    Ok(Json(Dropped {
+        store: report.name,
+        uri: report.uri,
+    }))
 }
 
 /// The media type, lower case (media types are case-insensitive).
@@ -427,7 +529,7 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| "application/json".into())
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content((Vec<Object> = "application/json"), (String = "application/x-ndjson"), (Vec<u8> = "application/vnd.apache.arrow.stream")), description = "records: a JSON array, JSON Lines, or an Arrow IPC stream"), responses((status = 201, body = Added), (status = 413, description = "body too large", body = ErrorBody), (status = 415, description = "content type", body = ErrorBody), (status = 422, description = "the plugin rejected records (details.row_errors)", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content((Vec<Object> = "application/json"), (String = "application/x-ndjson"), (ArrowStream = "application/vnd.apache.arrow.stream")), description = "records: a JSON array, JSON Lines, or an Arrow IPC stream"), responses((status = 201, body = Added), (status = 413, description = "body too large", body = ErrorBody), (status = 415, description = "content type", body = ErrorBody), (status = 422, description = "the plugin rejected records (details.row_errors)", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
 async fn add_records(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -522,13 +624,13 @@ fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-#[utoipa::path(get, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store"), ListParams), responses((status = 200, body = Page), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/stores/{name}/records", tag = "records", params(("name" = String, Path, description = "the store"), ListParams), responses((status = 200, body = Page)))]
 async fn list_records(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
     Query(params): Query<ListParams>,
-) -> Result<Json<Page>, ApiError> {
+) -> Result<Json<RawRecords>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     let limit = params.limit.unwrap_or(100);
     if limit == 0 || limit > MAX_PAGE {
@@ -590,26 +692,20 @@ async fn list_records(
             Ok(batch) => batch,
             Err(e) => return Err(blame_filter(&store, request.filter.is_some(), e).await),
         };
-        let records = to_json(&batch)?;
-        let next_cursor = (paging && records.len() == limit)
-            .then(|| {
-                records
-                    .last()
-                    .and_then(|r| r.get(&key))
-                    .and_then(Value::as_str)
-            })
+        let next_cursor = (paging && batch.num_rows() == limit)
+            .then(|| last_string(&batch, &key))
             .flatten()
             .map(|k| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.as_bytes()));
-        Ok(Page {
-            records,
+        Ok(RawRecords {
             next_cursor,
+            ..RawRecords::of(&batch)?
         })
     })
     .await?;
     Ok(Json(page))
 }
 
-#[utoipa::path(get, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, description = "the record", body = Object), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, description = "the record", body = Object)))]
 async fn get_record(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -638,13 +734,13 @@ async fn get_record(
     Ok(Json(record))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/lookup", tag = "records", params(("name" = String, Path, description = "the store")), request_body = GetMany, responses((status = 200, body = Records), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/lookup", tag = "records", params(("name" = String, Path, description = "the store")), request_body = GetMany, responses((status = 200, body = Records)))]
 async fn lookup(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: Body,
-) -> Result<Json<Records>, ApiError> {
+) -> Result<Json<RawRecords>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     let request: GetMany = json_body(&state, body).await?;
     if request.keys.len() > MAX_PAGE {
@@ -656,13 +752,13 @@ async fn lookup(
         let projection = default_projection(store.named.spec());
         let keys: Vec<&str> = request.keys.iter().map(String::as_str).collect();
         let batch = store.named.lookup(&keys, Some(&projection)).await?;
-        to_json(&batch)
+        RawRecords::of(&batch)
     })
     .await?;
-    Ok(Json(Records { records }))
+    Ok(Json(records))
 }
 
-#[utoipa::path(delete, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, body = Deleted), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, body = Deleted)))]
 async fn delete_record(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -715,7 +811,7 @@ fn needs(store: &OpenStore, capability: Capability, what: &str) -> Result<(), Ap
     .with_details(json!({"capability": capability.as_str()})))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/upsert", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content = Vec<Object>, description = "records to insert or supersede by the secondary key"), responses((status = 200, body = UpsertResult), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/upsert", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content = Vec<Object>, description = "records to insert or supersede by the secondary key"), responses((status = 200, body = UpsertResult), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
 async fn upsert(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -743,7 +839,7 @@ async fn upsert(
     Ok(Json(result))
 }
 
-#[utoipa::path(patch, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), request_body(content = Object, description = "the fields to change"), responses((status = 200, body = Patched), (status = 409, description = "another version won", body = ErrorBody), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(patch, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), request_body(content = Object, description = "the fields to change"), responses((status = 200, body = Patched), (status = 409, description = "another version won", body = ErrorBody), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
 async fn patch_record(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -788,13 +884,23 @@ async fn patch_record(
     Ok(Json(patched))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/queries/{query}", tag = "queries", params(("name" = String, Path, description = "the store"), ("query" = String, Path, description = "a named query of the schema")), request_body = QueryRequest, responses((status = 200, body = QueryResult), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+/// A named query's answer: records, or a reducing query's result.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum QueryAnswer {
+    Records(RawRecords),
+    Reduced {
+        result: Box<serde_json::value::RawValue>,
+    },
+}
+
+#[utoipa::path(post, path = "/api/v1/stores/{name}/queries/{query}", tag = "queries", params(("name" = String, Path, description = "the store"), ("query" = String, Path, description = "a named query of the schema")), request_body = QueryRequest, responses((status = 200, body = QueryResult), (status = 502, description = "the plugin failed (a reducing query)", body = ErrorBody)))]
 async fn query(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path((name, query)): Path<(String, String)>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueryAnswer>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     let request: QueryRequest = json_body(&state, body).await?;
     let result = on_store(&state, &name, move |store| async move {
@@ -806,25 +912,24 @@ async fn query(
             .iter()
             .any(|q| q.name == query && q.reduce);
         if reduces {
-            let raw = store.named.reduce(&query, &args).await?;
-            let result: Value = serde_json::from_str(raw.get())
-                .map_err(|e| ApiError::of_kind(ErrorKind::PluginFault, format!("reduce: {e}")))?;
-            return Ok(json!({ "result": result }));
+            // Valid JSON by construction (the host parsed the plugin's output).
+            let result = store.named.reduce(&query, &args).await?;
+            return Ok(QueryAnswer::Reduced { result });
         }
         let batch = store.named.query(&query, &args).await?;
-        Ok(json!({ "records": to_json(&batch)? }))
+        Ok(QueryAnswer::Records(RawRecords::of(&batch)?))
     })
     .await?;
     Ok(Json(result))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/search", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = SearchRequest, responses((status = 200, body = Records), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/search", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = SearchRequest, responses((status = 200, body = Records)))]
 async fn search(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: Body,
-) -> Result<Json<Records>, ApiError> {
+) -> Result<Json<RawRecords>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     let request: SearchRequest = json_body(&state, body).await?;
     let filter = checked_filter(request.filter)?;
@@ -860,60 +965,51 @@ async fn search(
         let batch = batch
             .project(&keep)
             .map_err(|e| ApiError::of_kind(ErrorKind::Internal, e.to_string()))?;
-        to_json(&batch)
+        RawRecords::of(&batch)
     })
     .await?;
-    Ok(Json(Records { records }))
+    Ok(Json(records))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/merge", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "merge statistics"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/merge", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "what the merge did", body = MergeReport)))]
 async fn merge(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MergeReport>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
-    let stats = on_store(&state, &name, |store| async move {
+    let report = on_store(&state, &name, |store| async move {
+        let t = std::time::Instant::now();
         let s = store.named.merge().await?;
-        Ok(json!({
-            "generations_merged": s.generations_merged,
-            "rows_upserted": s.rows_upserted,
-            "keys_deleted": s.keys_deleted,
-            "passes": s.passes,
-            "versions_removed": s.versions_removed,
-        }))
+        Ok(crate::merge_report(&s, t.elapsed().as_secs_f64()))
     })
     .await?;
-    Ok(Json(stats))
+    Ok(Json(report))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/compact", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "compaction statistics"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/compact", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "what the compaction did", body = CompactionReport)))]
 async fn compact(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CompactionReport>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
-    let stats = on_store(&state, &name, |store| async move {
+    let report = on_store(&state, &name, |store| async move {
+        let t = std::time::Instant::now();
         let s = store.named.compact().await?;
-        Ok(json!({
-            "fragments_removed": s.fragments_removed,
-            "fragments_added": s.fragments_added,
-            "files_removed": s.files_removed,
-            "files_added": s.files_added,
-        }))
+        Ok(crate::compaction_report(&s, t.elapsed().as_secs_f64()))
     })
     .await?;
-    Ok(Json(stats))
+    Ok(Json(report))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/index", tag = "admin", params(("name" = String, Path, description = "the store")), request_body = IndexRequest, responses((status = 200, description = "the columns indexed"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/index", tag = "admin", params(("name" = String, Path, description = "the store")), request_body = IndexRequest, responses((status = 200, description = "the columns indexed", body = Indexed)))]
 async fn index(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Indexed>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
     let request: IndexRequest = json_body(&state, body).await?;
     let built = on_store(&state, &name, move |store| async move {
@@ -936,36 +1032,24 @@ async fn index(
         for column in &columns {
             store.named.build_vector_index(column).await?;
         }
-        Ok(json!({ "indexed": columns }))
+        Ok(Indexed { indexed: columns })
     })
     .await?;
     Ok(Json(built))
 }
 
-#[utoipa::path(get, path = "/api/v1/stores/{name}/stats", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "the store's statistics"), (status = 400, description = "invalid input", body = ErrorBody), (status = 401, description = "no or unknown token", body = ErrorBody), (status = 403, description = "the token may not", body = ErrorBody), (status = 404, description = "no such store", body = ErrorBody), (status = 503, description = "busy, deadline or unavailable: retry", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/stores/{name}/stats", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "the store's state", body = StoreStatus)))]
 async fn stats(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StoreStatus>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
-    let stats = on_store(&state, &name, |store| async move {
+    let status = on_store(&state, &name, |store| async move {
         let s = store.named.stats().await?;
         let rows = store.named.count(None).await?;
-        Ok(json!({
-            "rows": rows,
-            "rows_in_base": s.rows_in_base,
-            "version": s.version,
-            "versions": s.versions,
-            "fragments": s.fragments,
-            "unmerged_rows": s.unmerged_rows,
-            "bytes_on_disk": s.bytes_on_disk,
-            "indexes": s.indexes.iter().map(|i| json!({
-                "name": i.name, "kind": i.kind, "columns": i.columns,
-                "covers_all_rows": i.covers_all_rows,
-            })).collect::<Vec<_>>(),
-        }))
+        Ok(crate::store_status(&s, rows))
     })
     .await?;
-    Ok(Json(stats))
+    Ok(Json(status))
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use arrow_array::RecordBatch;
 use arrow_schema::ArrowError;
-use lance_context_host::{LoadedPlugin, PipelineError, conform, rows_from_json};
+use lance_context_host::{LoadedPlugin, PipelineError, conform, json_ready, json_rows};
 
 use crate::args::usage;
 
@@ -46,13 +46,14 @@ impl Format {
     }
 }
 
-/// Where each row of a chunk came from.
+/// Where each row of a chunk came from: its 1-based line (JSON Lines) or
+/// row (Arrow, Parquet) in the input.
 #[derive(Debug, Clone)]
 pub enum Positions {
     /// JSON Lines: the line of each row.
     Lines(Vec<usize>),
-    /// Arrow and Parquet: rows `first..first + n`.
-    Rows { first: usize },
+    /// Arrow and Parquet: the row of each row.
+    Rows(Vec<usize>),
 }
 
 impl Positions {
@@ -60,7 +61,15 @@ impl Positions {
     pub fn name(&self, row: usize) -> String {
         match self {
             Self::Lines(lines) => format!("line {}", lines.get(row).copied().unwrap_or(0)),
-            Self::Rows { first } => format!("row {}", first + row),
+            Self::Rows(rows) => format!("row {}", rows.get(row).copied().unwrap_or(0)),
+        }
+    }
+
+    /// `("line", 12)`: the unit and number of the chunk's `row`-th row.
+    pub fn at(&self, row: usize) -> (&'static str, usize) {
+        match self {
+            Self::Lines(lines) => ("line", lines.get(row).copied().unwrap_or(0)),
+            Self::Rows(rows) => ("row", rows.get(row).copied().unwrap_or(0)),
         }
     }
 
@@ -68,13 +77,88 @@ impl Positions {
     pub fn start(&self) -> String {
         self.name(0)
     }
+
+    /// The positions of the rows kept (`keep[i]`: row `i` stays).
+    pub fn retain(&mut self, keep: &[bool]) {
+        let list = match self {
+            Self::Lines(l) | Self::Rows(l) => l,
+        };
+        let mut i = 0;
+        list.retain(|_| {
+            i += 1;
+            keep.get(i - 1).copied().unwrap_or(false)
+        });
+    }
 }
 
-/// A batch of input rows, and where they came from.
+/// A batch of input rows, and where they came from; with a lenient read
+/// (`--reject-file`), the input records refused before the plugin ran.
 #[derive(Debug)]
 pub struct Chunk {
-    pub batch: RecordBatch,
+    /// The good rows (`None` when every record of the chunk was refused).
+    pub batch: Option<RecordBatch>,
     pub positions: Positions,
+    pub refused: Vec<Refusal>,
+}
+
+/// A refused input record: where it is, the record (its JSON, or the line's
+/// text when it is not JSON), and why.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub unit: &'static str,
+    pub at: usize,
+    pub record: serde_json::Value,
+    pub errors: Vec<RefusalReason>,
+}
+
+/// One reason a record was refused.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RefusalReason {
+    pub column: Option<String>,
+    pub code: String,
+    pub message: String,
+}
+
+impl Refusal {
+    /// The line of the reject file: `{"line": N, "errors": [...], "record": ...}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "errors": self.errors,
+            "record": self.record,
+        });
+        v[self.unit] = self.at.into();
+        v
+    }
+
+    /// The record as JSON: the line's object, else its text.
+    fn of_line(line: usize, text: &str, errors: Vec<RefusalReason>) -> Self {
+        Self {
+            unit: "line",
+            at: line,
+            record: serde_json::from_str(text)
+                .unwrap_or_else(|_| serde_json::Value::String(text.to_string())),
+            errors,
+        }
+    }
+}
+
+/// Rows of `batch` as JSON objects (the CLI's JSON form), by index.
+pub fn rows_as_json(batch: &RecordBatch, rows: &[usize]) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(|&row| {
+            let one = batch.slice(row, 1);
+            json_ready(&one)
+                .ok()
+                .and_then(|b| {
+                    let mut w = arrow_json::ArrayWriter::new(Vec::new());
+                    w.write(&b).ok()?;
+                    w.finish().ok()?;
+                    serde_json::from_slice::<Vec<serde_json::Value>>(&w.into_inner()).ok()
+                })
+                .and_then(|mut v| v.pop())
+                .unwrap_or(serde_json::Value::Null)
+        })
+        .collect()
 }
 
 /// Records read from a file or stdin, a chunk at a time.
@@ -83,6 +167,11 @@ pub struct Input {
     batch_rows: usize,
     /// Input bytes read so far (JSON Lines) or rows (Arrow, Parquet).
     pub progress: u64,
+    /// Set records that do not fit aside (in [`Chunk::refused`]) instead of
+    /// failing the chunk.
+    pub lenient: bool,
+    /// Lines that are not UTF-8 text, set aside by a lenient read.
+    unreadable: Vec<Refusal>,
     /// The input's size in the unit of `progress`, when known.
     pub total: Option<u64>,
 }
@@ -174,16 +263,29 @@ impl Input {
             batch_rows,
             progress: 0,
             total,
+            lenient: false,
+            unreadable: Vec::new(),
         })
     }
 
     /// The next chunk (at most `batch_rows` rows), matched to the plugin's
-    /// input schema; `None` at the end. An input problem names its line or row.
+    /// input schema; `None` at the end. Records that do not fit are an
+    /// error listing every one by line (or, [`Self::lenient`], set aside in
+    /// [`Chunk::refused`]).
     pub fn next_chunk(&mut self, plugin: &LoadedPlugin) -> Result<Option<Chunk>> {
         match self.next_raw()? {
             None => Ok(None),
             Some(Raw::Lines { lines, text }) => {
-                let batch = rows_from_json(plugin, text.as_slice()).map_err(|e| {
+                let mut refused = std::mem::take(&mut self.unreadable);
+                if lines.is_empty() {
+                    // Every line of the chunk was unreadable.
+                    return Ok(Some(Chunk {
+                        batch: None,
+                        positions: Positions::Lines(lines),
+                        refused,
+                    }));
+                }
+                let read = json_rows(plugin, text.as_slice()).map_err(|e| {
                     let at = match &e {
                         PipelineError::InvalidInput { row: Some(row), .. } => {
                             format!("line {}", lines.get(*row).copied().unwrap_or(0))
@@ -192,9 +294,30 @@ impl Input {
                     };
                     anyhow::Error::new(e).context(at)
                 })?;
+                if !read.problems.is_empty() && !self.lenient {
+                    return Err(invalid_records(&read.problems, &lines));
+                }
+                let texts: Vec<&str> = std::str::from_utf8(&text)
+                    .unwrap_or_default()
+                    .split('\n')
+                    .collect();
+                for p in &read.problems {
+                    refused.push(Refusal::of_line(
+                        lines.get(p.row).copied().unwrap_or(0),
+                        texts.get(p.row).copied().unwrap_or_default(),
+                        vec![RefusalReason {
+                            column: p.column.clone(),
+                            code: "invalid_input".into(),
+                            message: p.message.clone(),
+                        }],
+                    ));
+                }
+                refused.sort_by_key(|r| r.at);
+                let kept = read.kept.iter().map(|&row| lines[row]).collect();
                 Ok(Some(Chunk {
-                    batch,
-                    positions: Positions::Lines(lines),
+                    batch: read.batch,
+                    positions: Positions::Lines(kept),
+                    refused,
                 }))
             }
             Some(Raw::Batch { batch, first }) => {
@@ -203,8 +326,9 @@ impl Input {
                     anyhow::Error::new(e).context(format!("rows {first}–{}", first + take - 1))
                 })?;
                 Ok(Some(Chunk {
-                    batch,
-                    positions: Positions::Rows { first },
+                    batch: Some(batch),
+                    positions: Positions::Rows((first..first + take).collect()),
+                    refused: Vec::new(),
                 }))
             }
         }
@@ -229,6 +353,21 @@ impl Input {
                     *line += 1;
                     self.progress += n as u64;
                     let Ok(mut s) = std::str::from_utf8(&buf) else {
+                        if self.lenient {
+                            self.unreadable.push(Refusal {
+                                unit: "line",
+                                at: *line,
+                                record: serde_json::Value::String(
+                                    String::from_utf8_lossy(&buf).trim_end().to_string(),
+                                ),
+                                errors: vec![RefusalReason {
+                                    column: None,
+                                    code: "invalid_input".into(),
+                                    message: "not UTF-8 text".into(),
+                                }],
+                            });
+                            continue;
+                        }
                         return Err(usage(format!("line {line}: not UTF-8 text")));
                     };
                     if *line == 1 {
@@ -242,7 +381,7 @@ impl Input {
                     text.push(b'\n');
                     lines.push(*line);
                 }
-                if lines.is_empty() {
+                if lines.is_empty() && self.unreadable.is_empty() {
                     return Ok(None);
                 }
                 Ok(Some(Raw::Lines { lines, text }))
@@ -314,4 +453,41 @@ fn batches_source(batches: Box<dyn Iterator<Item = Result<RecordBatch, ArrowErro
 
 fn not_format(path: &Path, what: &str, e: ArrowError) -> anyhow::Error {
     usage(format!("{} is not {what}: {e}", path.display()))
+}
+
+/// The error for records that do not fit the schema: every one listed by
+/// line (on stderr by the caller, in `details.input_errors` with `--json`).
+fn invalid_records(
+    problems: &[lance_context_host::InputProblem],
+    lines: &[usize],
+) -> anyhow::Error {
+    let listed: Vec<serde_json::Value> = problems
+        .iter()
+        .take(lance_context_host::MAX_LISTED_PROBLEMS)
+        .map(|p| {
+            serde_json::json!({
+                "at": format!("line {}", lines.get(p.row).copied().unwrap_or(0)),
+                "column": p.column,
+                "message": p.message,
+            })
+        })
+        .collect();
+    let first = listed
+        .first()
+        .and_then(|v| v["at"].as_str())
+        .unwrap_or("line ?")
+        .to_string();
+    let more = match problems.len() {
+        n if n > listed.len() => format!(" ({n} in all; the first {} listed)", listed.len()),
+        _ => String::new(),
+    };
+    crate::exit::Refused {
+        kind: lance_context_host::ErrorKind::InvalidInput,
+        message: format!(
+            "{} record(s) do not fit the schema, the first at {first}{more}",
+            problems.len()
+        ),
+        details: serde_json::json!({ "input_errors": listed }),
+    }
+    .into()
 }

@@ -183,7 +183,11 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
     .await?;
     rows.push(("add 1,000 records".into(), local_bulk, http_bulk));
 
-    // Gets by key (of the single adds).
+    // Gets by key (of the single adds), both stores merged first so that
+    // both read the same layout: the base table through its key index,
+    // nothing left in the write-ahead tier.
+    local.merge().await?;
+    client.merge("bench").await?;
     let singles = args.single_adds.max(1);
     let l = local.clone();
     let local_get = drive(n, args.gets, 1, move |i| {

@@ -274,7 +274,7 @@ pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
                     .iter()
                     .map(|r| {
                         format!(
-                            "row {} column {}: {}",
+                            "line {} column {}: {}",
                             r.row + 1,
                             r.column.as_deref().unwrap_or("-"),
                             r.message

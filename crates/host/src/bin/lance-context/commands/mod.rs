@@ -8,6 +8,7 @@ pub mod dataset;
 pub mod demo;
 pub mod export;
 pub mod plugin;
+pub mod plugin_new;
 pub mod remote;
 pub mod report;
 pub mod serve;

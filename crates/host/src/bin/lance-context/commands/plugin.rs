@@ -7,15 +7,30 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use lance_context_host::{
-    BUILTIN_PLUGINS, PluginError, PluginLimits, PluginRuntime, Registry, input_schema,
+    BUILTIN_PLUGINS, PluginError, PluginLimits, PluginRuntime, ProbeLevel, Registry,
 };
 use serde::Serialize;
 
-use crate::args::{parse_kv, usage};
+use crate::args::{ensure_usage, parse_kv, usage};
 use crate::output::Out;
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
+    /// Write a new plugin crate (Cargo.toml with the crate type and release
+    /// profile, the SDK dependency, a plugin with a validate rule and a
+    /// transform filling a timestamp, native unit tests, sample records and
+    /// a README with the build and check commands).
+    New {
+        /// The crate's name (lowercase letters, digits, '-', '_').
+        name: String,
+        /// Where to write it (default: ./NAME; must be empty or absent).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The SDK: the path of the repository's plugins/sdk, or a git URL
+        /// of the repository (default: the SDK this binary was built from).
+        #[arg(long)]
+        sdk: Option<String>,
+    },
     /// List the built-in plugins and the plugins the stores of a data root pin.
     List {
         /// The data root whose stores' plugins to list.
@@ -24,18 +39,29 @@ pub enum PluginCommand {
     },
     /// Print a plugin's declaration: its columns, key, vectors, capabilities.
     Inspect {
-        /// A built-in plugin (rollout, context, datagen) or a path to a .wasm component.
+        /// A built-in plugin (rollout, context, datagen), a path to a .wasm
+        /// component, or a store's name (the plugin it pins, with its
+        /// creation parameters).
         plugin: String,
         /// Creation parameter `name=json`; repeatable (e.g. `embedding_dim=8`).
         #[arg(long = "param", value_parser = parse_kv)]
         params: Vec<(String, String)>,
+        /// The data root whose stores a store's name refers to.
+        #[arg(long, default_value = "data")]
+        root: PathBuf,
     },
-    /// Load a component with the host's checks and report every problem found.
+    /// Load a component with the host's checks, probe it with records
+    /// generated from its declaration (what `store create` runs before it
+    /// pins a plugin) and report every problem found.
     Check {
         /// Path to a .wasm component (or a built-in plugin's name).
         plugin: String,
         #[arg(long = "param", value_parser = parse_kv)]
         params: Vec<(String, String)>,
+        /// JSON Lines of records the plugin should accept: run through it
+        /// too, its output checked against the declaration.
+        #[arg(long, value_name = "FILE")]
+        sample: Option<PathBuf>,
     },
 }
 
@@ -64,6 +90,8 @@ struct Inspected {
     blob_columns: Vec<String>,
     capabilities: Vec<String>,
     transform: bool,
+    /// Named queries: `{"name", "params", "description", "reduce"}`.
+    queries: Vec<serde_json::Value>,
     columns: Vec<Column>,
 }
 
@@ -97,14 +125,25 @@ fn plugin_bytes(plugin: &str) -> Result<(String, Vec<u8>)> {
 
 impl PluginCommand {
     pub fn execute(self, out: Out) -> Result<()> {
-        let runtime = Arc::new(PluginRuntime::new(
-            PluginLimits::default(),
-            lance_context_host::default_cache_dir().as_deref(),
-        )?);
+        let runtime = || -> Result<Arc<PluginRuntime>> {
+            Ok(Arc::new(PluginRuntime::new(
+                PluginLimits::default(),
+                lance_context_host::default_cache_dir().as_deref(),
+            )?))
+        };
         match self {
-            Self::List { root } => list(runtime, root, out),
-            Self::Inspect { plugin, params } => inspect(&runtime, &plugin, params, out),
-            Self::Check { plugin, params } => check(&runtime, &plugin, params, out),
+            Self::New { name, dir, sdk } => super::plugin_new::new(&name, dir, sdk, out),
+            Self::List { root } => list(runtime()?, root, out),
+            Self::Inspect {
+                plugin,
+                params,
+                root,
+            } => inspect(runtime()?, &plugin, params, &root, out),
+            Self::Check {
+                plugin,
+                params,
+                sample,
+            } => check(runtime()?.as_ref(), &plugin, params, sample, out),
         }
     }
 }
@@ -159,13 +198,31 @@ fn list(runtime: Arc<PluginRuntime>, root: PathBuf, out: Out) -> Result<()> {
 }
 
 fn inspect(
-    runtime: &PluginRuntime,
+    runtime: Arc<PluginRuntime>,
     plugin: &str,
     params: Vec<(String, String)>,
+    root: &std::path::Path,
     out: Out,
 ) -> Result<()> {
-    let (label, bytes) = plugin_bytes(plugin)?;
-    let loaded = runtime.load(&label, &bytes, params)?;
+    let is_file = plugin.ends_with(".wasm") || plugin.contains('/');
+    let loaded = if !is_file && !BUILTIN_PLUGINS.contains(&plugin) {
+        // A store's name: the plugin it pins (hash checked), its parameters.
+        let registry = Registry::at(root, runtime)?;
+        let entry = registry.describe(plugin).map_err(|e| {
+            anyhow::Error::new(e).context(format!(
+                "'{plugin}' is not a built-in plugin ({}), a .wasm file, or a store under {}",
+                BUILTIN_PLUGINS.join(", "),
+                root.display()
+            ))
+        })?;
+        ensure_usage(params.is_empty(), || {
+            "--param: a store's plugin is inspected with the parameters it was created with".into()
+        })?;
+        registry.plugin(&entry)?
+    } else {
+        let (label, bytes) = plugin_bytes(plugin)?;
+        runtime.load(&label, &bytes, params)?
+    };
     let d = loaded.declaration();
     let spec = &d.spec;
     let inspected = Inspected {
@@ -193,6 +250,18 @@ fn inspect(
             .map(|c| c.as_str().to_string())
             .collect(),
         transform: d.has_transform,
+        queries: spec
+            .queries
+            .iter()
+            .map(|q| {
+                serde_json::json!({
+                    "name": q.name,
+                    "params": q.params,
+                    "description": q.description,
+                    "reduce": q.reduce,
+                })
+            })
+            .collect(),
         columns: d
             .schema
             .fields()
@@ -238,6 +307,19 @@ fn inspect(
         }
     );
     println!("transform: {}", if d.has_transform { "yes" } else { "no" });
+    for q in &spec.queries {
+        println!(
+            "query: {}({}){}{}",
+            q.name,
+            q.params.join(", "),
+            if q.reduce { ", reducing" } else { "" },
+            if q.description.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", q.description)
+            }
+        );
+    }
     out.list(
         &inspected.columns,
         &["#", "column", "type", "null", "metadata"],
@@ -270,28 +352,32 @@ struct Checked {
     plugin: String,
     checks: Vec<Check>,
     problems: usize,
+    warnings: usize,
 }
 
 #[derive(Debug, Serialize)]
 struct Check {
-    ok: bool,
+    /// `ok`, `note`, `warning` or `problem`.
+    level: ProbeLevel,
     message: String,
 }
 
 impl Checked {
     fn ok(&mut self, message: impl Into<String>) {
-        self.checks.push(Check {
-            ok: true,
-            message: message.into(),
-        });
+        self.push(ProbeLevel::Ok, message.into());
     }
 
     fn problem(&mut self, message: impl Into<String>) {
-        self.problems += 1;
-        self.checks.push(Check {
-            ok: false,
-            message: message.into(),
-        });
+        self.push(ProbeLevel::Problem, message.into());
+    }
+
+    fn push(&mut self, level: ProbeLevel, message: String) {
+        match level {
+            ProbeLevel::Problem => self.problems += 1,
+            ProbeLevel::Warning => self.warnings += 1,
+            _ => {}
+        }
+        self.checks.push(Check { level, message });
     }
 }
 
@@ -299,25 +385,45 @@ fn check(
     runtime: &PluginRuntime,
     plugin: &str,
     params: Vec<(String, String)>,
+    sample: Option<PathBuf>,
     out: Out,
 ) -> Result<()> {
     let (label, bytes) = plugin_bytes(plugin)?;
+    let sample = sample
+        .map(|p| std::fs::read(&p).with_context(|| format!("reading {}", p.display())))
+        .transpose()?;
     let mut checked = Checked {
         plugin: label.clone(),
         ..Default::default()
     };
-    let result = check_loaded(runtime, plugin, &label, &bytes, params, &mut checked);
+    let result = check_loaded(
+        runtime,
+        plugin,
+        &label,
+        &bytes,
+        params,
+        sample.as_deref(),
+        &mut checked,
+    );
     out.item(&checked, || {
         let mut s = format!("checked {label} ({} bytes)", bytes.len());
         for c in &checked.checks {
             s.push_str(&format!(
                 "\n{}: {}",
-                if c.ok { "ok" } else { "problem" },
+                match c.level {
+                    ProbeLevel::Ok => "ok",
+                    ProbeLevel::Note => "note",
+                    ProbeLevel::Warning => "warning",
+                    ProbeLevel::Problem => "problem",
+                },
                 c.message
             ));
         }
         if checked.problems == 0 {
-            s.push_str("\nno problems found");
+            s.push_str(&match checked.warnings {
+                0 => "\nno problems found".to_string(),
+                n => format!("\nno problems found, {n} warning(s)"),
+            });
         }
         s
     })?;
@@ -334,6 +440,7 @@ fn check_loaded(
     label: &str,
     bytes: &[u8],
     params: Vec<(String, String)>,
+    sample: Option<&[u8]>,
     checked: &mut Checked,
 ) -> Result<()> {
     let loaded = match runtime.load(label, bytes, params) {
@@ -372,30 +479,11 @@ fn check_loaded(
         loaded.declaration().abi_version,
         loaded.declaration().key_column()
     ));
-    // Probe the calls with one all-null row: row errors are the plugin
-    // working; traps and bad outputs are problems.
-    let schema = input_schema(&loaded);
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|f| arrow_array::new_null_array(f.data_type(), 1))
-        .collect();
-    let one_row = arrow_array::RecordBatch::try_new(schema, columns)?;
-    match loaded.validate(&one_row) {
-        Ok(()) => checked.ok("validate accepts an all-null row"),
-        Err(e) if e.row_errors().is_some() => checked.ok(format!(
-            "validate answers with row errors ({} for an all-null row)",
-            e.row_errors().map(<[_]>::len).unwrap_or(0)
-        )),
-        Err(e) => checked.problem(format!("validate: {e}")),
-    }
-    if loaded.declaration().has_transform {
-        match loaded.transform(&one_row, 0) {
-            Ok(_) => checked.ok("transform output matches the declared schema"),
-            Err(e) if e.row_errors().is_some() => checked.ok("transform answers with row errors"),
-            // An all-null row may legitimately not fit a non-null column.
-            Err(e) => checked.ok(format!("(note) transform of an all-null row: {e}")),
-        }
+    // The probe `store create` runs: generated records (complete ones, and
+    // one per non-nullable column left null) through validate/transform,
+    // outputs checked against the declaration.
+    for c in lance_context_host::probe(&loaded, sample).checks {
+        checked.push(c.level, c.message);
     }
     Ok(())
 }

@@ -95,10 +95,15 @@ pub async fn add(
                 .as_str()
                 .unwrap_or("the server refused the batch")
                 .to_string();
-            if let Some(rows) = error["error"]["details"]["row_errors"].as_array() {
+            let details = &error["error"]["details"];
+            let listed = match details["row_errors"].as_array() {
+                Some(rows) => Some(("rejected", rows)),
+                None => details["input_errors"].as_array().map(|r| ("refused", r)),
+            };
+            if let Some((verb, rows)) = listed {
                 for r in rows {
                     eprintln!(
-                        "rejected: {}{}: {}",
+                        "{verb}: {}{}: {}",
                         at(r["record"].as_u64().unwrap_or(0)),
                         r["column"]
                             .as_str()
@@ -107,7 +112,8 @@ pub async fn add(
                         r["message"].as_str().unwrap_or_default()
                     );
                 }
-                message = format!("{} record problem(s), listed above", rows.len());
+                let total = details["total"].as_u64().unwrap_or(rows.len() as u64);
+                message = format!("{total} record problem(s), listed above");
             } else if let Some(record) = error["error"]["details"]["record"].as_u64() {
                 message = format!("{}: {message}", at(record));
             }

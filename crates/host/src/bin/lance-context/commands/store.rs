@@ -1,7 +1,7 @@
 //! `lance-context store …`: stores by name in a data root's registry.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,6 +61,16 @@ enum StoreCommand {
         /// Really delete.
         #[arg(long)]
         yes: bool,
+    },
+    /// Replace a store's plugin with a new build that declares the same
+    /// schema (e.g. a fixed validator); refused, with the difference, when
+    /// the schema differs, and when the new plugin fails the probe. A
+    /// running server keeps the old plugin until it reopens the store.
+    Upgrade {
+        name: String,
+        /// The new plugin component (.wasm).
+        #[arg(long)]
+        plugin: PathBuf,
     },
     /// Add records (JSON Lines, Arrow IPC or Parquet; a file or stdin)
     /// through the store's plugin, in batches: each batch is one add (durable
@@ -171,6 +181,12 @@ pub struct AddCommand {
     /// transform) without writing anything.
     #[arg(long)]
     dry_run: bool,
+    /// Set refused records aside instead of stopping: each is written to
+    /// FILE as a JSON line `{"line": N, "errors": [{"column", "code",
+    /// "message"}], "record": …}` (`"row"` for Arrow and Parquet input) and
+    /// the rest are added. FILE is replaced.
+    #[arg(long, value_name = "FILE")]
+    reject_file: Option<PathBuf>,
 }
 
 #[derive(Parser, Debug)]
@@ -202,6 +218,10 @@ struct Added {
     dry_run: bool,
     seconds: f64,
     records_per_second: f64,
+    /// Records refused and set aside (`--reject-file`).
+    rejected: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reject_file: Option<PathBuf>,
 }
 
 /// One row of `store list`.
@@ -267,9 +287,9 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             )
         }
         StoreCommand::Describe { name } => {
-            let entry = registry.describe(&name)?;
-            out.item(&entry, || {
-                serde_json::to_string_pretty(&entry).unwrap_or_default()
+            let shown = registry.describe(&name)?.for_display();
+            out.item(&shown, || {
+                serde_json::to_string_pretty(&shown).unwrap_or_default()
             })
         }
         StoreCommand::Drop { name, yes } => {
@@ -296,6 +316,37 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                     match &report.plugin_file {
                         Some(p) => format!("removed plugin file: {}", p.display()),
                         None => "kept the plugin file (another store pins it)".to_string(),
+                    }
+                )
+            })
+        }
+        StoreCommand::Upgrade { name, plugin } => {
+            let bytes =
+                std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
+            let label = plugin
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| plugin.display().to_string());
+            let report = registry.upgrade(&name, &label, &bytes).await?;
+            let upgraded = serde_json::json!({
+                "store": report.name,
+                "from": {"plugin": report.from.name, "version": report.from.version, "sha256": report.from.sha256},
+                "to": {"plugin": report.to.name, "version": report.to.version, "sha256": report.to.sha256},
+                "removed_plugin_file": report.removed_plugin_file,
+            });
+            out.item(&upgraded, || {
+                format!(
+                    "store '{}' now pins {} {} (sha256 {}), was {} {} (sha256 {}); the schema is unchanged{}",
+                    report.name,
+                    report.to.name,
+                    report.to.version,
+                    &report.to.sha256[..12.min(report.to.sha256.len())],
+                    report.from.name,
+                    report.from.version,
+                    &report.from.sha256[..12.min(report.from.sha256.len())],
+                    match &report.removed_plugin_file {
+                        Some(p) => format!("; removed the old plugin file {}", p.display()),
+                        None => String::new(),
                     }
                 )
             })
@@ -670,19 +721,38 @@ async fn add(
     })?;
     let format = Format::pick(c.format, c.file.as_deref());
     let mut input = Input::open(c.file.as_ref(), format, c.batch_rows)?;
+    let mut rejects = match &c.reject_file {
+        Some(path) => {
+            input.lenient = true;
+            Some(Rejects::create(path)?)
+        }
+        None => None,
+    };
     // A dry run claims no writer: it only reads the entry and runs the plugin.
     let named = registry
         .open_with(&c.name, options, c.dry_run, |c| c)
         .await?;
     let bar = out.bar(input.total, &format!("adding to {}", c.name));
     let started = Instant::now();
-    let result = add_chunks(&named, &mut input, c.dry_run, out.json_errors, &bar).await;
+    let result = add_chunks(
+        &named,
+        &mut input,
+        c.dry_run,
+        out.json_errors,
+        &bar,
+        rejects.as_mut(),
+    )
+    .await;
     bar.finish_and_clear();
     if !c.dry_run {
         named.close().await?;
     }
+    let rejected = match rejects {
+        Some(r) => r.finish()?,
+        None => 0,
+    };
     let (records, batches) = result?;
-    if records == 0 {
+    if records == 0 && rejected == 0 {
         return Err(usage("no records in the input"));
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -693,31 +763,94 @@ async fn add(
         dry_run: c.dry_run,
         seconds,
         records_per_second: records as f64 / seconds.max(1e-9),
+        rejected,
+        reject_file: c.reject_file.clone(),
     };
     out.item(&added, || {
+        let set_aside = match &c.reject_file {
+            Some(path) if rejected > 0 => format!(
+                "; {rejected} record(s) refused, written to {}",
+                path.display()
+            ),
+            Some(_) => "; none refused".to_string(),
+            None => String::new(),
+        };
         if c.dry_run {
             format!(
-                "dry run: {records} record(s) would be added to '{}' (nothing written)",
+                "dry run: {records} record(s) would be added to '{}' (nothing written){set_aside}",
                 c.name
             )
         } else {
             format!(
-                "added {records} record(s) to '{}' in {batches} batch(es), {:.1} s ({:.0} records/s)",
+                "added {records} record(s) to '{}' in {batches} batch(es), {:.1} s ({:.0} records/s){set_aside}",
                 c.name, seconds, added.records_per_second
             )
         }
     })
 }
 
+/// The reject file of `store add --reject-file`: refused records as JSON
+/// lines, written as they are found (through a temporary file renamed at
+/// the end, so a crash never leaves a partial file under the name).
+struct Rejects {
+    path: PathBuf,
+    temp: tempfile::NamedTempFile,
+    writer: std::io::BufWriter<std::fs::File>,
+    count: usize,
+}
+
+impl Rejects {
+    fn create(path: &Path) -> Result<Self> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let temp = tempfile::NamedTempFile::new_in(&dir)
+            .with_context(|| format!("creating the reject file in {}", dir.display()))?;
+        let writer = std::io::BufWriter::new(temp.as_file().try_clone()?);
+        Ok(Self {
+            path: path.to_path_buf(),
+            temp,
+            writer,
+            count: 0,
+        })
+    }
+
+    /// Write `refusals` in input order.
+    fn write_all(&mut self, mut refusals: Vec<crate::input::Refusal>) -> Result<()> {
+        use std::io::Write;
+        refusals.sort_by_key(|r| r.at);
+        for refusal in &refusals {
+            serde_json::to_writer(&mut self.writer, &refusal.to_json())?;
+            self.writer.write_all(b"\n")?;
+            self.count += 1;
+        }
+        Ok(())
+    }
+
+    /// Flush and move into place; the number of records written.
+    fn finish(mut self) -> Result<usize> {
+        use std::io::Write;
+        self.writer.flush()?;
+        self.temp.as_file().sync_all()?;
+        self.temp
+            .persist(&self.path)
+            .with_context(|| format!("writing the reject file {}", self.path.display()))?;
+        Ok(self.count)
+    }
+}
+
 /// Add (or, dry, only prepare) every chunk; (records, batches). A refused
-/// chunk stops the run: its problems are printed by line or row, earlier
-/// chunks stay.
+/// chunk stops the run — its problems are printed by line or row, earlier
+/// chunks stay — unless `rejects` is given: then refused records are written
+/// there and the rest of the chunk is added.
 async fn add_chunks(
     named: &NamedStore,
     input: &mut Input,
     dry_run: bool,
     json_errors: bool,
     bar: &indicatif::ProgressBar,
+    mut rejects: Option<&mut Rejects>,
 ) -> Result<(usize, usize)> {
     let (mut added, mut batches) = (0usize, 0usize);
     // The outermost words of the error: what happened to the input so far.
@@ -734,20 +867,95 @@ async fn add_chunks(
         let chunk = match input.next_chunk(named.plugin()) {
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
-            Err(e) => return Err(e.context(stopped(added))),
+            Err(e) => {
+                if !json_errors {
+                    print_listed(bar, &crate::exit::details(&e)["input_errors"], "refused");
+                }
+                return Err(e.context(stopped(added)));
+            }
         };
-        let rows = chunk.batch.num_rows();
-        let result = if dry_run {
-            lance_context_host::prepare(named.plugin(), &chunk.batch, 0)
-                .await
-                .map(|_| ())
-        } else {
-            named.add(&chunk.batch).await.map(|_| ())
+        let crate::input::Chunk {
+            batch,
+            mut positions,
+            refused,
+        } = chunk;
+        // The chunk's refused records, written in input order once the
+        // chunk is done.
+        let mut set_aside = refused;
+        let Some(mut batch) = batch else {
+            if let Some(r) = rejects.as_deref_mut() {
+                r.write_all(set_aside)?;
+            }
+            continue;
         };
-        match result {
+        // With a reject file, rows the plugin refuses are set aside and the
+        // rest tried again (each round removes at least one row).
+        let outcome = loop {
+            let result = if dry_run {
+                lance_context_host::prepare(named.plugin(), &batch, 0)
+                    .await
+                    .map(|_| ())
+            } else {
+                named.add(&batch).await.map(|_| ())
+            };
+            if rejects.is_none() {
+                break result;
+            }
+            let errors = match &result {
+                Err(PipelineError::Plugin(e)) => match e.row_errors() {
+                    Some(errors) if !errors.is_empty() => errors.to_vec(),
+                    _ => break result,
+                },
+                _ => break result,
+            };
+            let mut by_row: std::collections::BTreeMap<usize, Vec<crate::input::RefusalReason>> =
+                Default::default();
+            for e in errors {
+                by_row
+                    .entry(e.row as usize)
+                    .or_default()
+                    .push(crate::input::RefusalReason {
+                        column: e.column.clone(),
+                        code: e.code.clone(),
+                        message: e.message.clone(),
+                    });
+            }
+            let rows: Vec<usize> = by_row
+                .keys()
+                .copied()
+                .filter(|&i| i < batch.num_rows())
+                .collect();
+            if rows.is_empty() {
+                break result;
+            }
+            let records = crate::input::rows_as_json(&batch, &rows);
+            for ((row, reasons), record) in by_row.into_iter().zip(records) {
+                let (unit, at) = positions.at(row);
+                set_aside.push(crate::input::Refusal {
+                    unit,
+                    at,
+                    record,
+                    errors: reasons,
+                });
+            }
+            let keep: Vec<bool> = (0..batch.num_rows()).map(|i| !rows.contains(&i)).collect();
+            positions.retain(&keep);
+            if positions_len(&positions) == 0 {
+                break Ok(());
+            }
+            batch = arrow_select::filter::filter_record_batch(
+                &batch,
+                &arrow_array::BooleanArray::from(keep),
+            )?;
+        };
+        if let Some(r) = rejects.as_deref_mut() {
+            r.write_all(set_aside)?;
+        }
+        let rows = positions_len(&positions);
+        match outcome {
             Ok(()) => {
                 added += rows;
-                batches += 1;
+                batches += usize::from(rows > 0);
             }
             Err(PipelineError::Plugin(e)) if e.row_errors().is_some() => {
                 let errors = e.row_errors().unwrap_or_default();
@@ -755,7 +963,7 @@ async fn add_chunks(
                     .iter()
                     .map(|r| {
                         serde_json::json!({
-                            "at": chunk.positions.name(r.row as usize),
+                            "at": positions.name(r.row as usize),
                             "column": r.column,
                             "code": r.code,
                             "message": r.message,
@@ -763,19 +971,7 @@ async fn add_chunks(
                     })
                     .collect();
                 if !json_errors {
-                    bar.suspend(|| {
-                        for r in &listed {
-                            let at = r["at"].as_str().unwrap_or_default();
-                            let message = r["message"].as_str().unwrap_or_default();
-                            let code = r["code"].as_str().unwrap_or_default();
-                            match r["column"].as_str() {
-                                Some(c) => {
-                                    eprintln!("rejected: {at}, column '{c}': {message} ({code})")
-                                }
-                                None => eprintln!("rejected: {at}: {message} ({code})"),
-                            }
-                        }
-                    });
+                    print_listed(bar, &serde_json::Value::Array(listed.clone()), "rejected");
                 }
                 let records: std::collections::BTreeSet<u32> =
                     errors.iter().map(|r| r.row).collect();
@@ -796,7 +992,7 @@ async fn add_chunks(
                         "{}: the plugin rejected {} record(s) of the batch from {}{more}{}",
                         stopped(added),
                         records.len(),
-                        chunk.positions.start(),
+                        positions.start(),
                         if json_errors { "" } else { " (listed above)" }
                     ),
                     details: serde_json::json!({ "row_errors": listed }),
@@ -807,7 +1003,7 @@ async fn add_chunks(
                 // The batch may or may not be durable: say so.
                 let at = format!(
                     "the batch from {}: its outcome is unknown (another writer claimed the store meanwhile; re-adding it is safe, newest wins)",
-                    chunk.positions.start()
+                    positions.start()
                 );
                 return Err(anyhow::Error::new(PipelineError::Store(e))
                     .context(at)
@@ -817,10 +1013,8 @@ async fn add_chunks(
             }
             Err(e) => {
                 let at = match &e {
-                    PipelineError::InvalidInput { row: Some(row), .. } => {
-                        chunk.positions.name(*row)
-                    }
-                    _ => format!("the batch from {}", chunk.positions.start()),
+                    PipelineError::InvalidInput { row: Some(row), .. } => positions.name(*row),
+                    _ => format!("the batch from {}", positions.start()),
                 };
                 return Err(anyhow::Error::new(e).context(at).context(stopped(added)));
             }
@@ -835,6 +1029,34 @@ async fn add_chunks(
         ));
     }
     Ok((added, batches))
+}
+
+fn positions_len(p: &crate::input::Positions) -> usize {
+    match p {
+        crate::input::Positions::Lines(l) | crate::input::Positions::Rows(l) => l.len(),
+    }
+}
+
+/// Print listed problems (`[{"at", "column", "code"?, "message"}]`) on
+/// stderr, one per line: `rejected: line 3, column 'x': message (code)`.
+fn print_listed(bar: &indicatif::ProgressBar, listed: &serde_json::Value, verb: &str) {
+    let Some(listed) = listed.as_array() else {
+        return;
+    };
+    bar.suspend(|| {
+        for r in listed {
+            let at = r["at"].as_str().unwrap_or_default();
+            let message = crate::exit::printable(r["message"].as_str().unwrap_or_default());
+            let code = r["code"]
+                .as_str()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default();
+            match r["column"].as_str() {
+                Some(c) => eprintln!("{verb}: {at}, column '{c}': {message}{code}"),
+                None => eprintln!("{verb}: {at}: {message}{code}"),
+            }
+        }
+    });
 }
 
 /// `[0.1, 0.2]` or `0.1,0.2`.

@@ -1,0 +1,69 @@
+//! The engine's maintenance and status figures as the API's report types
+//! (`lance_context_client::{StoreStatus, MergeReport, CompactionReport}`):
+//! one JSON form for the REST server and the CLI's `--json`.
+
+use lance_context_client::{CompactionReport, IndexStatus, MergeReport, PendingShard, StoreStatus};
+use lance_context_store::{CompactionStats, MergeStats, StoreStats};
+
+/// A store's state: `stats` and the number of records a scan returns.
+pub fn store_status(stats: &StoreStats, rows: u64) -> StoreStatus {
+    StoreStatus {
+        rows,
+        rows_in_base: stats.rows_in_base,
+        version: stats.version,
+        versions: stats.versions,
+        fragments: stats.fragments,
+        small_fragments: stats.small_fragments,
+        unmerged_rows: stats.unmerged_rows,
+        unmerged_bytes: stats.unmerged_bytes,
+        bytes_on_disk: stats.bytes_on_disk,
+        pending_generations: stats
+            .pending_generations
+            .iter()
+            .map(|(shard, generations)| PendingShard {
+                shard: shard.to_string(),
+                generations: *generations,
+            })
+            .collect(),
+        indexes: stats
+            .indexes
+            .iter()
+            .map(|i| IndexStatus {
+                name: i.name.clone(),
+                kind: i.kind.clone(),
+                columns: i.columns.clone(),
+                covers_all_rows: i.covers_all_rows,
+                unindexed_fragments: i.unindexed_fragments,
+            })
+            .collect(),
+        last_background_error: stats.last_background_error.clone(),
+    }
+}
+
+/// What a merge did, and how long it took.
+pub fn merge_report(stats: &MergeStats, seconds: f64) -> MergeReport {
+    MergeReport {
+        generations_merged: stats.generations_merged,
+        merged_up_to: stats.merged_up_to,
+        rows_upserted: stats.rows_upserted,
+        keys_deleted: stats.keys_deleted,
+        passes: stats.passes,
+        peak_buffered_bytes: stats.peak_buffered_bytes,
+        generations_removed: stats.generations_removed,
+        wal_files_removed: stats.wal_files_removed,
+        versions_removed: stats.versions_removed,
+        seconds,
+    }
+}
+
+/// What a compaction did, and how long it took.
+pub fn compaction_report(stats: &CompactionStats, seconds: f64) -> CompactionReport {
+    CompactionReport {
+        fragments_removed: stats.fragments_removed,
+        fragments_added: stats.fragments_added,
+        files_removed: stats.files_removed,
+        files_added: stats.files_added,
+        versions_removed: stats.versions_removed,
+        seconds,
+    }
+}
