@@ -279,6 +279,43 @@ fn upgrade_repins_the_same_schema_and_refuses_another() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("declares a different schema"), "{err}");
     assert_eq!(describe(root)["plugin"]["sha256"], new_sha.as_str());
+
+    // A store from a spec file is run by the built-in spec plugin: refused.
+    let spec = root.join("s.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "s", "key": "id", "columns": [{"name": "id", "type": "Utf8", "nullable": false}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = cli(
+        root,
+        &[
+            "store",
+            "create",
+            "s",
+            "--root",
+            r,
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(
+        root,
+        &[
+            "store",
+            "upgrade",
+            "s",
+            "--root",
+            r,
+            "--plugin",
+            new.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("spec"), "{err}");
 }
 
 /// `plugin new`: the crate it writes builds for wasm32-wasip2 as generated,
@@ -311,6 +348,11 @@ fn a_new_plugin_crate_builds_passes_its_tests_and_the_check() {
         "samples.jsonl",
     ] {
         assert!(crate_dir.join(file).is_file(), "{file} missing: {created}");
+    }
+    // Names a crate cannot take are refused.
+    for bad in ["test", "lance-context-plugin", "Orders"] {
+        let (code, _, err) = cli(root, &["plugin", "new", bad], "");
+        assert_eq!(code, 2, "{bad}: {err}");
     }
     // A second run into the same directory is refused, not overwritten.
     let (code, _, err) = cli(
@@ -514,6 +556,9 @@ async fn a_spec_fills_defaults_checks_vectors_and_shows_its_rules_as_written() {
         (2, "300000000000", "Int32"),
         (3, "\"yesterday\"", "now"),
         (4, "\"no\"", "boolean"),
+        (0, "\"same-key\"", "key column"),
+        (1, "\"green\"", "not one of"),
+        (2, "100", "above max"),
     ] {
         let mut spec = SchemaSpec::from_json(DEFAULTS_SPEC).unwrap();
         spec.columns[column].rules.default = Some(serde_json::from_str(default).unwrap());

@@ -1090,6 +1090,146 @@ fn every_bad_line_is_reported_and_a_reject_file_sets_them_aside() {
     assert_eq!(count(root, "strict"), 3);
 }
 
+/// The reject file is never the input, a directory or stdout; it is written
+/// through a symlink; the engine's refusals of single records (a key that
+/// exists, a repeat in the batch) are set aside like the plugin's; a refusal
+/// of the whole batch (here: a default that cannot be filled for the batch)
+/// is not blamed on a record.
+#[test]
+fn the_reject_file_is_safe_and_takes_single_record_refusals_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spec = root.join("u.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "u", "key": "id", "capabilities": ["unique_keys"], "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "n", "type": "Int32"}]}"#,
+    )
+    .unwrap();
+    ok(
+        root,
+        &["store", "create", "u", "--spec", spec.to_str().unwrap()],
+    );
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "u", "-"],
+        "{\"id\": \"a\", \"n\": 1}\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    let input = root.join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\": \"q0\", \"n\": 1}\n{\"id\": \"a\", \"n\": 2}\n{\"id\": \"q0\", \"n\": 3}\n{\"id\": \"q1\", \"n\": 4}\n",
+    )
+    .unwrap();
+    let input_arg = input.to_str().unwrap();
+    // Without a reject file the engine's refusal names the input's line.
+    let (code, _, err) = cli(root, &["store", "add", "u", input_arg], "");
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    // Refused targets, before anything is added.
+    let before = std::fs::read(&input).unwrap();
+    for (target, says) in [
+        (input_arg, "is the input file"),
+        (root.to_str().unwrap(), "is a directory"),
+        ("-", "give a file"),
+    ] {
+        let (code, _, err) = cli(
+            root,
+            &["store", "add", "u", input_arg, "--reject-file", target],
+            "",
+        );
+        assert_eq!(code, 2, "{target}: {err}");
+        assert!(err.contains(says), "{target}: {err}");
+    }
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        before,
+        "the input is untouched"
+    );
+    assert_eq!(count(root, "u"), 1);
+    // Through a symlink: the target is written, the link kept.
+    let target = root.join("rejects.jsonl");
+    let link = root.join("rejects-link.jsonl");
+    std::fs::write(&target, "old\n").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (code, out, err) = json(
+        root,
+        &[
+            "store",
+            "add",
+            "u",
+            input_arg,
+            "--reject-file",
+            link.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["records"], 2, "{out:?}");
+    assert_eq!(out[0]["rejected"], 2, "{out:?}");
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    let refused: Vec<Value> = std::fs::read_to_string(&target)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lines: Vec<u64> = refused
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [2, 3], "{refused:?}");
+    assert_eq!(
+        refused[0]["errors"][0]["code"], "already_exists",
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused[1]["record"],
+        serde_json::json!({"id": "q0", "n": 3})
+    );
+    assert_eq!(count(root, "u"), 3);
+
+    // A default the plugin cannot fill for this batch (129 distinct values
+    // in an Int8 dictionary) is the batch's problem, not its first record's.
+    let spec = root.join("d.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "d", "key": "id", "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "role", "type": "Dictionary(Int8, Utf8)", "nullable": false, "rules": {"default": "user"}}]}"#,
+    )
+    .unwrap();
+    ok(
+        root,
+        &["store", "create", "d", "--spec", spec.to_str().unwrap()],
+    );
+    let mut roles: String = (0..128)
+        .map(|i| format!("{{\"id\": \"e{i}\", \"role\": \"r{i}\"}}\n"))
+        .collect();
+    roles.push_str("{\"id\": \"e128\"}\n");
+    let rejects = root.join("d-rejects.jsonl");
+    let (code, _, err) = cli(
+        root,
+        &[
+            "store",
+            "add",
+            "d",
+            "-",
+            "--reject-file",
+            rejects.to_str().unwrap(),
+        ],
+        &roles,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&rejects).unwrap(),
+        "",
+        "no record blamed"
+    );
+    assert_eq!(count(root, "d"), 0);
+}
+
 /// JSON values are never coerced: a fraction for an integer, a string for
 /// a number, a number for a timestamp, a vector with a null, a NaN-like or
 /// an out-of-range element or the wrong length — each refused, naming line

@@ -356,6 +356,33 @@ async fn bad_input_gets_a_typed_status_and_says_where() {
     )
     .await;
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&body));
+    // Every bad line of a JSON Lines body, by its line (blank lines count).
+    let (s, body) = raw(
+        b"{\"id\": \"m1\"}\ngarbage\n\n{\"id\": \"m2\", \"n\": \"3\"}\ngarbage2\n",
+        "application/x-ndjson",
+    )
+    .await;
+    assert_eq!(s, 400, "{}", String::from_utf8_lossy(&body));
+    let error: Value = serde_json::from_slice(&body).unwrap();
+    let lines: Vec<u64> = error["error"]["details"]["input_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [2, 4, 5], "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 2:"),
+        "{error}"
+    );
+    // Every record of an array that is not an object.
+    let (s, body) = raw(b"[{\"id\": \"o1\"}, 1, \"x\"]", "application/json").await;
+    assert_eq!(s, 400);
+    let error: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["details"]["total"], 2, "{error}");
     // Nothing from a refused request was written.
     let stats = c.stats("tickets").await.unwrap();
     assert_eq!(stats.rows, 2, "{stats:?}");

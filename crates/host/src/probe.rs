@@ -146,10 +146,12 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
         "a record with only the non-nullable columns".to_string(),
         minimal,
     ));
+    let mut accepted_records = Vec::new();
     for (what, record) in &generated {
         match run(plugin, record) {
             Outcome::Accepted(out) => {
                 accepted += 1;
+                accepted_records.push(record.clone());
                 match nulls_in(&out, &required) {
                     Some(column) => report.problem(format!(
                         "{what} is accepted with non-nullable column '{column}' null in the output: the engine would refuse the add"
@@ -159,22 +161,63 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
                     )),
                 }
             }
-            Outcome::Refused(first) => refused.push(format!("{what}: {first}")),
+            Outcome::Refused(errors) => {
+                let first = errors.first().map(|(_, m)| m.clone()).unwrap_or_default();
+                report.note(format!("{what}: refused by the plugin's rules ({first})"));
+                refused.push(what.clone());
+            }
             Outcome::Unusable(why) => report.note(format!("{what}: not probed ({why})")),
-            Outcome::Fault(e) => report.problem(format!("{what}: {e}")),
+            Outcome::Fault(e) => {
+                // One fault is enough: a plugin that loops would cost a
+                // deadline per probe.
+                report.problem(format!("{what}: {e}"));
+                return report;
+            }
         }
     }
     if accepted == 0 && !refused.is_empty() {
-        report.note(format!(
-            "every generated record was refused by the plugin's rules ({}); the output was checked only on the nullability probes — pass sample records the plugin accepts to check more",
-            refused.join("; ")
-        ));
+        report.note(
+            "every generated record was refused by the plugin's rules: the output was checked only on the nullability probes — pass sample records the plugin accepts to check more",
+        );
+    }
+    // The accepted records together, as one batch of several rows.
+    if accepted_records.len() > 1 {
+        let lines: Vec<String> = accepted_records.iter().map(Value::to_string).collect();
+        match rows_from_json(plugin, lines.join("\n").as_bytes()) {
+            Ok(batch) => match prepare(plugin, &batch) {
+                Ok(out) if out.num_rows() == batch.num_rows() => report.ok(format!(
+                    "{} accepted records in one batch: the output matches the declaration",
+                    batch.num_rows()
+                )),
+                Ok(out) => report.problem(format!(
+                    "{} records in, {} out",
+                    batch.num_rows(),
+                    out.num_rows()
+                )),
+                Err(e) if e.row_errors().is_some() => report.problem(format!(
+                    "records accepted one at a time are refused together: {e}"
+                )),
+                Err(e) => {
+                    report.problem(format!("the accepted records in one batch: {e}"));
+                    return report;
+                }
+            },
+            Err(e) => report.note(format!(
+                "the accepted records in one batch: not probed ({e})"
+            )),
+        }
     }
 
     // One probe per non-nullable column: left null, the plugin must refuse
     // the record or fill the column.
+    // Each from a record the plugin accepts, when one was: then a refusal
+    // is about the column left out.
+    let base = accepted_records
+        .first()
+        .cloned()
+        .unwrap_or_else(|| complete(3));
     for column in &required {
-        let mut record = complete(3);
+        let mut record = base.clone();
         if let Some(object) = record.as_object_mut() {
             object.remove(column);
         }
@@ -187,13 +230,22 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
                     "a record without '{column}': the plugin fills it"
                 )),
             },
-            Outcome::Refused(_) => {
+            // Only a row error naming the column counts: a refusal for
+            // another reason says nothing about this column.
+            Outcome::Refused(errors) if errors.iter().any(|(c, _)| c.as_deref() == Some(column)) => {
                 report.ok(format!("a record without '{column}': refused with a row error"))
             }
+            Outcome::Refused(errors) => report.note(format!(
+                "a record without '{column}': refused for another reason ({}), so not checked",
+                errors.first().map(|(_, m)| m.as_str()).unwrap_or("")
+            )),
             Outcome::Unusable(why) => {
                 report.note(format!("a record without '{column}': not probed ({why})"))
             }
-            Outcome::Fault(e) => report.problem(format!("a record without '{column}': {e}")),
+            Outcome::Fault(e) => {
+                report.problem(format!("a record without '{column}': {e}"));
+                return report;
+            }
         }
     }
 
@@ -229,8 +281,8 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
 enum Outcome {
     /// The plugin accepted the record: what an add would store.
     Accepted(RecordBatch),
-    /// The plugin refused it with row errors (the first one).
-    Refused(String),
+    /// The plugin refused it with row errors: (column, message) each.
+    Refused(Vec<(Option<String>, String)>),
     /// The generated record does not fit the input schema (a type the probe
     /// cannot write as JSON).
     Unusable(String),
@@ -249,9 +301,9 @@ fn run(plugin: &LoadedPlugin, record: &Value) -> Outcome {
         Ok(out) => Outcome::Accepted(out),
         Err(e) => match e.row_errors() {
             Some(rows) => Outcome::Refused(
-                rows.first()
-                    .map(ToString::to_string)
-                    .unwrap_or_else(|| e.to_string()),
+                rows.iter()
+                    .map(|r| (r.column.clone(), r.to_string()))
+                    .collect(),
             ),
             None => Outcome::Fault(e),
         },

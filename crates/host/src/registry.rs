@@ -964,6 +964,14 @@ impl Registry {
                 name: name.to_string(),
             });
         }
+        if entry.plugin.source == "spec" {
+            return Err(RegistryError::UpgradeRefused {
+                name: name.to_string(),
+                difference:
+                    "the store was created from a spec file and is run by the built-in spec plugin"
+                        .into(),
+            });
+        }
         let plugin = self.runtime.load(label, bytes, entry.params.clone())?;
         let declared = plugin.declaration().clone();
         // The stored data's shape must not change; named queries may.

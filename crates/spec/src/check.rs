@@ -145,6 +145,24 @@ fn columns<'a>(spec: &'a SchemaSpec, p: Report) -> Columns<'a> {
             }
         }
         check_rules(c, types.get(c.name.as_str()), p, &at);
+        if c.rules.default.is_some() {
+            // The key is the caller's (a default would merge records), and
+            // the capability columns are the engine's.
+            if c.name == spec.key {
+                p(
+                    at(".rules.default"),
+                    "the key column takes no default".into(),
+                );
+            } else if ENGINE_MANAGED.contains(&c.name.as_str()) {
+                p(
+                    at(".rules.default"),
+                    format!(
+                        "'{}' is managed by the engine's capabilities and takes no default",
+                        c.name
+                    ),
+                );
+            }
+        }
         if let Some(t) = types.get(c.name.as_str())
             && let Err(why) = nested_names(t)
         {
@@ -473,7 +491,7 @@ fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&st
     }
     if let Some(default) = &r.default
         && let Some(t) = t
-        && let Err(why) = default_fits(default, t)
+        && let Err(why) = default_fits(default, t).and_then(|()| default_keeps_rules(default, t, r))
     {
         p(at(".rules.default"), why);
     }
@@ -525,6 +543,59 @@ fn default_fits(v: &serde_json::Value, t: &DataType) -> Result<(), String> {
             t => format!("a {t} column takes no default"),
         }),
     }
+}
+
+/// The columns the engine's capabilities manage (no default on them).
+const ENGINE_MANAGED: &[&str] = &[
+    "content_type",
+    "supersedes_id",
+    "superseded_by_id",
+    "expires_at",
+    "lifecycle_status",
+    "retired_at",
+];
+
+/// A default must pass the column's own rules (it is filled after
+/// validation, so it is checked here, once).
+fn default_keeps_rules(
+    v: &serde_json::Value,
+    t: &DataType,
+    r: &crate::spec::ColumnRules,
+) -> Result<(), String> {
+    if let Some(s) = v.as_str().filter(|_| !matches!(t, DataType::Timestamp(..))) {
+        if r.non_empty && s.is_empty() {
+            return Err("the default is empty but the column is non_empty".into());
+        }
+        if let Some(max) = r.max_length
+            && s.chars().count() as u64 > max
+        {
+            return Err(format!("the default is longer than max_length {max}"));
+        }
+        if let Some(allowed) = &r.one_of
+            && !allowed.iter().any(|a| a == s)
+        {
+            return Err(format!(
+                "the default '{s}' is not one of {}",
+                allowed.join(", ")
+            ));
+        }
+    }
+    if let Some(x) = v.as_f64() {
+        if *t == DataType::Float32 && x.is_finite() && x.abs() > f64::from(f32::MAX) {
+            return Err(format!("the default {v} is not a finite Float32"));
+        }
+        if let Some(min) = r.min
+            && x < min
+        {
+            return Err(format!("the default {v} is below min {min}"));
+        }
+        if let Some(max) = r.max
+            && x > max
+        {
+            return Err(format!("the default {v} is above max {max}"));
+        }
+    }
+    Ok(())
 }
 
 fn int_in_range(t: &DataType, v: i128) -> bool {

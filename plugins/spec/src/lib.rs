@@ -317,9 +317,17 @@ pub fn check(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors) {
                 let Some(values) = as_f64(array) else {
                     continue;
                 };
+                // A Float32 value is compared with the bound as Float32
+                // holds it (0.1 as Float32 is not above a max of 0.1).
+                let float32 = *t == DataType::Float32;
+                let bound = |b: Option<f64>| match float32 {
+                    true => b.map(|b| f64::from(b as f32)),
+                    false => b,
+                };
+                let (min_bound, max_bound) = (bound(rules.min), bound(rules.max));
                 for (row, v) in values.into_iter().enumerate() {
                     let Some(v) = v else { continue };
-                    if let Some(min) = rules.min
+                    if let Some(min) = min_bound
                         && v < min
                     {
                         errors.push(
@@ -329,7 +337,7 @@ pub fn check(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors) {
                             format!("{name} must be at least {min}, got {v}"),
                         );
                     }
-                    if let Some(max) = rules.max
+                    if let Some(max) = max_bound
                         && v > max
                     {
                         errors.push(
@@ -374,12 +382,17 @@ fn check_vectors(spec: &SchemaSpec, batch: &RecordBatch, errors: &mut RowErrors)
                 );
                 continue;
             }
-            if v.metric == Metric::Cosine && values.values().iter().all(|x| *x == 0.0) {
+            // Under cosine the vector is normalised: its norm, in Float32 as
+            // the engine computes it, must be neither zero nor infinite.
+            let norm2: f32 = values.values().iter().map(|x| x * x).sum();
+            if v.metric == Metric::Cosine && (norm2 == 0.0 || !norm2.is_finite()) {
                 errors.push(
                     row,
                     Some(name),
                     "non_zero",
-                    format!("{name}: a zero vector has no direction (the metric is cosine)"),
+                    format!(
+                        "{name}: under the cosine metric a vector needs a norm that is neither zero nor infinite in Float32"
+                    ),
                 );
             }
         }

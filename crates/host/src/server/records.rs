@@ -17,44 +17,84 @@ pub(crate) fn batch_from_json(
     body: &[u8],
     lines: bool,
 ) -> Result<RecordBatch, ApiError> {
-    let mut records: Vec<Value> = if lines {
+    if lines {
+        // JSON Lines go to the pipeline as they are (every bad line
+        // reported); errors name the body's line (blank lines count).
         let text =
             std::str::from_utf8(body).map_err(|_| ApiError::invalid("the body is not UTF-8"))?;
-        text.lines()
+        let line_of: Vec<usize> = text
+            .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l)
-                    .map_err(|e| ApiError::invalid(format!("line {}: not JSON: {e}", i + 1)))
-            })
-            .collect::<Result<_, _>>()?
-    } else {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Array(items)) => items,
-            Ok(Value::Object(_)) => {
-                return Err(ApiError::invalid(
-                    "the body must be a JSON array of records (one record: wrap it in [ ])",
-                ));
-            }
-            Ok(_) => {
-                return Err(ApiError::invalid(
-                    "the body must be a JSON array of records",
-                ));
-            }
-            Err(e) => return Err(ApiError::invalid(format!("the body is not JSON: {e}"))),
+            .map(|(i, _)| i + 1)
+            .collect();
+        if line_of.is_empty() {
+            return Err(ApiError::invalid("no records in the body"));
         }
+        return rows_from_json(plugin, text.as_bytes()).map_err(|e| {
+            let line = |record: usize| line_of.get(record).copied().unwrap_or(0);
+            let first = match &e {
+                crate::PipelineError::InvalidInput { row: Some(row), .. } => Some(*row),
+                crate::PipelineError::InvalidRecords { problems, .. } => {
+                    problems.first().map(|p| p.row)
+                }
+                _ => None,
+            };
+            let mut err = ApiError::from(e);
+            if let Some(record) = first {
+                err.message = format!("line {}: {}", line(record), err.message);
+            }
+            if let Some(listed) = err.details["input_errors"].as_array_mut() {
+                for item in listed {
+                    if let Some(record) = item["record"].as_u64() {
+                        item["line"] = line(record as usize).into();
+                    }
+                }
+            }
+            if let Some(record) = err.details["record"].as_u64() {
+                err.details["line"] = line(record as usize).into();
+            }
+            err
+        });
+    }
+    let records: Vec<Value> = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(Value::Object(_)) => {
+            return Err(ApiError::invalid(
+                "the body must be a JSON array of records (one record: wrap it in [ ])",
+            ));
+        }
+        Ok(_) => {
+            return Err(ApiError::invalid(
+                "the body must be a JSON array of records",
+            ));
+        }
+        Err(e) => return Err(ApiError::invalid(format!("the body is not JSON: {e}"))),
     };
     if records.is_empty() {
         return Err(ApiError::invalid("no records in the body"));
     }
+    let not_objects: Vec<usize> = (0..records.len())
+        .filter(|&i| !records[i].is_object())
+        .collect();
+    if let Some(&first) = not_objects.first() {
+        return Err(ApiError::invalid(format!(
+            "record {first} is not a JSON object{}",
+            match not_objects.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            }
+        ))
+        .with_details(serde_json::json!({
+            "record": first,
+            "input_errors": not_objects.iter().take(crate::MAX_LISTED_PROBLEMS).map(|i| serde_json::json!({
+                "record": i, "column": null, "message": "not a JSON object",
+            })).collect::<Vec<_>>(),
+            "total": not_objects.len(),
+        })));
+    }
     let mut text = Vec::with_capacity(body.len());
-    for (i, record) in records.iter_mut().enumerate() {
-        if !record.is_object() {
-            return Err(
-                ApiError::invalid(format!("record {i} is not a JSON object"))
-                    .with_details(serde_json::json!({"record": i})),
-            );
-        }
+    for (i, record) in records.iter().enumerate() {
         serde_json::to_writer(&mut text, record)
             .map_err(|e| ApiError::invalid(format!("record {i}: {e}")))?;
         text.push(b'\n');

@@ -80,15 +80,26 @@ impl Positions {
 
     /// The positions of the rows kept (`keep[i]`: row `i` stays).
     pub fn retain(&mut self, keep: &[bool]) {
-        let list = match self {
-            Self::Lines(l) | Self::Rows(l) => l,
-        };
-        let mut i = 0;
-        list.retain(|_| {
-            i += 1;
-            keep.get(i - 1).copied().unwrap_or(false)
-        });
+        match self {
+            Self::Lines(l) | Self::Rows(l) => retain_mask(l, keep),
+        }
     }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Lines(l) | Self::Rows(l) => l.len(),
+        }
+    }
+}
+
+/// Keep the items whose `keep` flag is set.
+pub fn retain_mask<T>(items: &mut Vec<T>, keep: &[bool]) {
+    let mut i = 0;
+    items.retain(|_| {
+        i += 1;
+        keep.get(i - 1).copied().unwrap_or(false)
+    });
 }
 
 /// A batch of input rows, and where they came from; with a lenient read
@@ -98,6 +109,8 @@ pub struct Chunk {
     /// The good rows (`None` when every record of the chunk was refused).
     pub batch: Option<RecordBatch>,
     pub positions: Positions,
+    /// JSON Lines: each row's line as read (what a reject file keeps).
+    pub texts: Option<Vec<String>>,
     pub refused: Vec<Refusal>,
 }
 
@@ -108,6 +121,8 @@ pub struct Refusal {
     pub unit: &'static str,
     pub at: usize,
     pub record: serde_json::Value,
+    /// The line's exact bytes, base64, when it is not UTF-8 text.
+    pub raw_base64: Option<String>,
     pub errors: Vec<RefusalReason>,
 }
 
@@ -127,16 +142,20 @@ impl Refusal {
             "record": self.record,
         });
         v[self.unit] = self.at.into();
+        if let Some(raw) = &self.raw_base64 {
+            v["record_base64"] = raw.clone().into();
+        }
         v
     }
 
-    /// The record as JSON: the line's object, else its text.
-    fn of_line(line: usize, text: &str, errors: Vec<RefusalReason>) -> Self {
+    /// The record as JSON: the line's JSON value as written, else its text.
+    pub fn of_line(line: usize, text: &str, errors: Vec<RefusalReason>) -> Self {
         Self {
             unit: "line",
             at: line,
             record: serde_json::from_str(text)
                 .unwrap_or_else(|_| serde_json::Value::String(text.to_string())),
+            raw_base64: None,
             errors,
         }
     }
@@ -282,6 +301,7 @@ impl Input {
                     return Ok(Some(Chunk {
                         batch: None,
                         positions: Positions::Lines(lines),
+                        texts: Some(Vec::new()),
                         refused,
                     }));
                 }
@@ -314,9 +334,15 @@ impl Input {
                 }
                 refused.sort_by_key(|r| r.at);
                 let kept = read.kept.iter().map(|&row| lines[row]).collect();
+                let kept_texts = read
+                    .kept
+                    .iter()
+                    .map(|&row| texts.get(row).copied().unwrap_or_default().to_string())
+                    .collect();
                 Ok(Some(Chunk {
                     batch: read.batch,
                     positions: Positions::Lines(kept),
+                    texts: Some(kept_texts),
                     refused,
                 }))
             }
@@ -328,6 +354,7 @@ impl Input {
                 Ok(Some(Chunk {
                     batch: Some(batch),
                     positions: Positions::Rows((first..first + take).collect()),
+                    texts: None,
                     refused: Vec::new(),
                 }))
             }
@@ -354,11 +381,17 @@ impl Input {
                     self.progress += n as u64;
                     let Ok(mut s) = std::str::from_utf8(&buf) else {
                         if self.lenient {
+                            use base64::Engine as _;
+                            let bytes = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                            let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
                             self.unreadable.push(Refusal {
                                 unit: "line",
                                 at: *line,
                                 record: serde_json::Value::String(
-                                    String::from_utf8_lossy(&buf).trim_end().to_string(),
+                                    String::from_utf8_lossy(bytes).into_owned(),
+                                ),
+                                raw_base64: Some(
+                                    base64::engine::general_purpose::STANDARD.encode(bytes),
                                 ),
                                 errors: vec![RefusalReason {
                                     column: None,
@@ -487,7 +520,7 @@ fn invalid_records(
             "{} record(s) do not fit the schema, the first at {first}{more}",
             problems.len()
         ),
-        details: serde_json::json!({ "input_errors": listed }),
+        details: serde_json::json!({ "input_errors": listed, "total": problems.len() }),
     }
     .into()
 }

@@ -205,9 +205,26 @@ fn inspect(
     out: Out,
 ) -> Result<()> {
     let is_file = plugin.ends_with(".wasm") || plugin.contains('/');
-    let loaded = if !is_file && !BUILTIN_PLUGINS.contains(&plugin) {
+    // A store of that name under the root comes first (also over a
+    // built-in's name: `--root` elsewhere inspects the built-in).
+    // (Only an existing registry is opened: opening creates one.)
+    let registry = match root.join("registry/stores").is_dir() {
+        true => Some(Registry::at(root, runtime.clone())?),
+        false => None,
+    };
+    let is_store = !is_file
+        && registry
+            .as_ref()
+            .is_some_and(|r| r.describe(plugin).is_ok());
+    let loaded = if is_store || (!is_file && !BUILTIN_PLUGINS.contains(&plugin)) {
         // A store's name: the plugin it pins (hash checked), its parameters.
-        let registry = Registry::at(root, runtime)?;
+        let Some(registry) = registry else {
+            return Err(usage(format!(
+                "'{plugin}' is not a built-in plugin ({}), a .wasm file, or a store: there is no data root at {}",
+                BUILTIN_PLUGINS.join(", "),
+                root.display()
+            )));
+        };
         let entry = registry.describe(plugin).map_err(|e| {
             anyhow::Error::new(e).context(format!(
                 "'{plugin}' is not a built-in plugin ({}), a .wasm file, or a store under {}",

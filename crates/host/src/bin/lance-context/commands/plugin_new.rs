@@ -29,10 +29,13 @@ struct Created {
 pub fn new(name: &str, dir: Option<PathBuf>, sdk: Option<String>, out: Out) -> Result<()> {
     ensure_usage(valid_name(name), || {
         format!(
-            "'{name}' is not a crate name: lowercase letters, digits, '-' and '_', starting with a letter (at most 64)"
+            "'{name}' is not a crate name: lowercase letters, digits, '-' and '_', starting with a letter (at most 64), and not a Rust keyword, a standard crate or the SDK's name"
         )
     })?;
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    ensure_usage(!dir.exists() || dir.is_dir(), || {
+        format!("{} exists and is not a directory", dir.display())
+    })?;
     if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
         return Err(usage(format!(
             "{} exists and is not empty; pick another --dir",
@@ -46,7 +49,7 @@ pub fn new(name: &str, dir: Option<PathBuf>, sdk: Option<String>, out: Out) -> R
         ("rust-toolchain.toml", TOOLCHAIN.to_string()),
         ("src/lib.rs", lib_rs(name)),
         ("README.md", readme(name, &lib)),
-        (".gitignore", "/target\n".to_string()),
+        (".gitignore", "/target\n/data\n".to_string()),
         ("samples.jsonl", samples()),
     ];
     std::fs::create_dir_all(dir.join("src"))
@@ -78,10 +81,74 @@ pub fn new(name: &str, dir: Option<PathBuf>, sdk: Option<String>, out: Out) -> R
 
 fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
+    let lib = name.replace('-', "_");
     matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
         && name.len() <= 64
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && !RESERVED.contains(&lib.as_str())
 }
+
+/// Names a crate cannot take: Rust's keywords, the standard crates, and
+/// the SDK's own name.
+const RESERVED: &[&str] = &[
+    "abstract",
+    "alloc",
+    "as",
+    "async",
+    "await",
+    "become",
+    "box",
+    "break",
+    "const",
+    "continue",
+    "core",
+    "crate",
+    "do",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "final",
+    "fn",
+    "for",
+    "gen",
+    "if",
+    "impl",
+    "in",
+    "lance_context_plugin",
+    "let",
+    "loop",
+    "macro",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "override",
+    "priv",
+    "proc_macro",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "static",
+    "std",
+    "struct",
+    "super",
+    "test",
+    "trait",
+    "true",
+    "try",
+    "type",
+    "typeof",
+    "unsafe",
+    "unsized",
+    "use",
+    "virtual",
+    "where",
+    "while",
+    "yield",
+];
 
 /// The dependency line of the SDK: `{ path = "…" }` or `{ git = "…" }`.
 fn sdk_dependency(sdk: Option<String>) -> Result<String> {

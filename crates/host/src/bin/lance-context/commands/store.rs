@@ -604,6 +604,10 @@ async fn remote(
             ensure_usage(!c.dry_run, || {
                 "--dry-run is not available with --server".into()
             })?;
+            ensure_usage(c.reject_file.is_none(), || {
+                "--reject-file is not available with --server (the server refuses a batch whole)"
+                    .into()
+            })?;
             ensure_usage(c.batch_rows > 0, || {
                 "--batch-rows must be at least 1".into()
             })?;
@@ -724,7 +728,7 @@ async fn add(
     let mut rejects = match &c.reject_file {
         Some(path) => {
             input.lenient = true;
-            Some(Rejects::create(path)?)
+            Some(Rejects::create(path, c.file.as_deref())?)
         }
         None => None,
     };
@@ -790,52 +794,84 @@ async fn add(
 }
 
 /// The reject file of `store add --reject-file`: refused records as JSON
-/// lines, written as they are found (through a temporary file renamed at
-/// the end, so a crash never leaves a partial file under the name).
+/// lines, in input order, written (and flushed) batch by batch — so a run
+/// that stops early leaves the refusals of every batch before the one it
+/// stopped in. Opened for writing like any output (a device or a symlink's
+/// target is written through); never a directory or the input itself.
 struct Rejects {
     path: PathBuf,
-    temp: tempfile::NamedTempFile,
     writer: std::io::BufWriter<std::fs::File>,
     count: usize,
 }
 
 impl Rejects {
-    fn create(path: &Path) -> Result<Self> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let temp = tempfile::NamedTempFile::new_in(&dir)
-            .with_context(|| format!("creating the reject file in {}", dir.display()))?;
-        let writer = std::io::BufWriter::new(temp.as_file().try_clone()?);
+    fn create(path: &Path, input: Option<&Path>) -> Result<Self> {
+        ensure_usage(path != Path::new("-"), || {
+            "--reject-file -: give a file (stdout carries the summary)".into()
+        })?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            ensure_usage(!meta.is_dir(), || {
+                format!("--reject-file {}: is a directory", path.display())
+            })?;
+            #[cfg(unix)]
+            if let Some(input) = input.filter(|i| *i != Path::new("-"))
+                && let Ok(input_meta) = std::fs::metadata(input)
+            {
+                use std::os::unix::fs::MetadataExt;
+                ensure_usage(
+                    (meta.dev(), meta.ino()) != (input_meta.dev(), input_meta.ino()),
+                    || {
+                        format!(
+                            "--reject-file {}: is the input file; give another file",
+                            path.display()
+                        )
+                    },
+                )?;
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .with_context(|| format!("opening the reject file {}", path.display()))?;
         Ok(Self {
             path: path.to_path_buf(),
-            temp,
-            writer,
+            writer: std::io::BufWriter::new(file),
             count: 0,
         })
     }
 
-    /// Write `refusals` in input order.
+    /// Write `refusals` in input order, and flush.
     fn write_all(&mut self, mut refusals: Vec<crate::input::Refusal>) -> Result<()> {
         use std::io::Write;
+        if refusals.is_empty() {
+            return Ok(());
+        }
         refusals.sort_by_key(|r| r.at);
+        let failed = |e| {
+            anyhow::Error::new(e)
+                .context(format!("writing the reject file {}", self.path.display()))
+        };
         for refusal in &refusals {
             serde_json::to_writer(&mut self.writer, &refusal.to_json())?;
-            self.writer.write_all(b"\n")?;
+            self.writer.write_all(b"\n").map_err(failed)?;
             self.count += 1;
         }
-        Ok(())
+        self.writer.flush().map_err(failed)
     }
 
-    /// Flush and move into place; the number of records written.
+    /// Flush (and for a regular file sync); the number of records written.
     fn finish(mut self) -> Result<usize> {
         use std::io::Write;
-        self.writer.flush()?;
-        self.temp.as_file().sync_all()?;
-        self.temp
-            .persist(&self.path)
+        self.writer
+            .flush()
             .with_context(|| format!("writing the reject file {}", self.path.display()))?;
+        let file = self.writer.get_ref();
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            file.sync_all()
+                .with_context(|| format!("syncing the reject file {}", self.path.display()))?;
+        }
         Ok(self.count)
     }
 }
@@ -877,6 +913,7 @@ async fn add_chunks(
         let crate::input::Chunk {
             batch,
             mut positions,
+            mut texts,
             refused,
         } = chunk;
         // The chunk's refused records, written in input order once the
@@ -888,8 +925,11 @@ async fn add_chunks(
             }
             continue;
         };
-        // With a reject file, rows the plugin refuses are set aside and the
-        // rest tried again (each round removes at least one row).
+        // With a reject file, rows refused one by one — by the plugin (each
+        // confirmed to fail on its own) or by the engine (a key that exists,
+        // a repeat in the batch) — are set aside and the rest tried again;
+        // each round removes at least one row. A refusal that depends on
+        // other rows of the batch refuses the batch as without a reject file.
         let outcome = loop {
             let result = if dry_run {
                 lance_context_host::prepare(named.plugin(), &batch, 0)
@@ -901,46 +941,37 @@ async fn add_chunks(
             if rejects.is_none() {
                 break result;
             }
-            let errors = match &result {
-                Err(PipelineError::Plugin(e)) => match e.row_errors() {
-                    Some(errors) if !errors.is_empty() => errors.to_vec(),
-                    _ => break result,
-                },
-                _ => break result,
-            };
-            let mut by_row: std::collections::BTreeMap<usize, Vec<crate::input::RefusalReason>> =
-                Default::default();
-            for e in errors {
-                by_row
-                    .entry(e.row as usize)
-                    .or_default()
-                    .push(crate::input::RefusalReason {
-                        column: e.column.clone(),
-                        code: e.code.clone(),
-                        message: e.message.clone(),
-                    });
-            }
-            let rows: Vec<usize> = by_row
-                .keys()
-                .copied()
-                .filter(|&i| i < batch.num_rows())
-                .collect();
-            if rows.is_empty() {
+            let Some(by_row) = refused_rows(named, &batch, &result).await else {
                 break result;
-            }
-            let records = crate::input::rows_as_json(&batch, &rows);
+            };
+            let rows: Vec<usize> = by_row.keys().copied().collect();
+            let records = match &texts {
+                Some(texts) => rows
+                    .iter()
+                    .map(|&row| {
+                        let text = texts.get(row).map(String::as_str).unwrap_or_default();
+                        serde_json::from_str(text)
+                            .unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
+                    })
+                    .collect(),
+                None => crate::input::rows_as_json(&batch, &rows),
+            };
             for ((row, reasons), record) in by_row.into_iter().zip(records) {
                 let (unit, at) = positions.at(row);
                 set_aside.push(crate::input::Refusal {
                     unit,
                     at,
                     record,
+                    raw_base64: None,
                     errors: reasons,
                 });
             }
             let keep: Vec<bool> = (0..batch.num_rows()).map(|i| !rows.contains(&i)).collect();
             positions.retain(&keep);
-            if positions_len(&positions) == 0 {
+            if let Some(texts) = texts.as_mut() {
+                crate::input::retain_mask(texts, &keep);
+            }
+            if positions.len() == 0 {
                 break Ok(());
             }
             batch = arrow_select::filter::filter_record_batch(
@@ -951,7 +982,7 @@ async fn add_chunks(
         if let Some(r) = rejects.as_deref_mut() {
             r.write_all(set_aside)?;
         }
-        let rows = positions_len(&positions);
+        let rows = positions.len();
         match outcome {
             Ok(()) => {
                 added += rows;
@@ -1014,6 +1045,10 @@ async fn add_chunks(
             Err(e) => {
                 let at = match &e {
                     PipelineError::InvalidInput { row: Some(row), .. } => positions.name(*row),
+                    PipelineError::Store(err) => match err.batch_problem().and_then(|p| p.row()) {
+                        Some(row) => positions.name(row),
+                        None => format!("the batch from {}", positions.start()),
+                    },
                     _ => format!("the batch from {}", positions.start()),
                 };
                 return Err(anyhow::Error::new(e).context(at).context(stopped(added)));
@@ -1031,10 +1066,72 @@ async fn add_chunks(
     Ok((added, batches))
 }
 
-fn positions_len(p: &crate::input::Positions) -> usize {
-    match p {
-        crate::input::Positions::Lines(l) | crate::input::Positions::Rows(l) => l.len(),
+/// The rows of `batch` that `result` refuses one by one, with why: the
+/// plugin's row errors, each row confirmed to fail on its own (a refusal
+/// that depends on the rest of the batch is not the row's), or the engine's
+/// refusal of one row (a key that exists, a repeat in the batch, a null
+/// key). `None` when the refusal is not of single rows.
+async fn refused_rows(
+    named: &NamedStore,
+    batch: &arrow_array::RecordBatch,
+    result: &Result<(), PipelineError>,
+) -> Option<std::collections::BTreeMap<usize, Vec<crate::input::RefusalReason>>> {
+    use crate::input::RefusalReason;
+    use lance_context_store::BatchProblem as P;
+    let mut by_row: std::collections::BTreeMap<usize, Vec<RefusalReason>> = Default::default();
+    match result {
+        Err(PipelineError::Plugin(e)) => {
+            let errors = e.row_errors().filter(|e| !e.is_empty())?;
+            for e in errors {
+                by_row
+                    .entry(e.row as usize)
+                    .or_default()
+                    .push(RefusalReason {
+                        column: e.column.clone(),
+                        code: e.code.clone(),
+                        message: e.message.clone(),
+                    });
+            }
+            if by_row.keys().any(|&row| row >= batch.num_rows()) {
+                return None;
+            }
+            for &row in by_row.keys() {
+                let alone =
+                    lance_context_host::prepare(named.plugin(), &batch.slice(row, 1), 0).await;
+                if alone.is_ok() {
+                    return None;
+                }
+            }
+        }
+        Err(PipelineError::Store(e)) => {
+            let problem = e.batch_problem()?;
+            let single = matches!(
+                problem,
+                P::NullValue { .. }
+                    | P::NullKey { .. }
+                    | P::EmptyKey { .. }
+                    | P::ReservedValue { .. }
+                    | P::DuplicateInBatch { .. }
+                    | P::AlreadyExists { .. }
+                    | P::MissingSecondaryKey { .. }
+                    | P::Ambiguous { .. }
+                    | P::NotCurrent { .. }
+            );
+            let row = problem.row().filter(|&r| single && r < batch.num_rows())?;
+            by_row.insert(
+                row,
+                vec![RefusalReason {
+                    column: problem.column().map(str::to_string),
+                    code: lance_context_host::ErrorKind::from(e.kind())
+                        .as_str()
+                        .to_string(),
+                    message: problem.to_string(),
+                }],
+            );
+        }
+        _ => return None,
     }
+    Some(by_row)
 }
 
 /// Print listed problems (`[{"at", "column", "code"?, "message"}]`) on
@@ -1052,7 +1149,12 @@ fn print_listed(bar: &indicatif::ProgressBar, listed: &serde_json::Value, verb: 
                 .map(|c| format!(" ({c})"))
                 .unwrap_or_default();
             match r["column"].as_str() {
-                Some(c) => eprintln!("{verb}: {at}, column '{c}': {message}{code}"),
+                Some(c) => {
+                    // (Input problems name their column in the message too.)
+                    let prefix = format!("column '{c}': ");
+                    let message = message.strip_prefix(&prefix).unwrap_or(&message);
+                    eprintln!("{verb}: {at}, column '{c}': {message}{code}")
+                }
                 None => eprintln!("{verb}: {at}: {message}{code}"),
             }
         }
