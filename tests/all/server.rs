@@ -235,6 +235,24 @@ async fn every_store_is_served_through_the_client() {
         .await
         .unwrap();
     assert!(up.outcomes[0].inserted);
+    // A key that exists (a unique-keys schema): 409, naming the record.
+    match c
+        .add(
+            "mem",
+            &[
+                json!({"id": "fresh", "run_id": "run", "text_payload": "a"}),
+                json!({"id": "u1", "run_id": "run", "text_payload": "b"}),
+            ],
+        )
+        .await
+    {
+        Err(lance_context_client::ClientError::Api { status, error }) => {
+            assert_eq!(status, 409, "{error:?}");
+            assert_eq!(error.details["record"], 1, "{error:?}");
+            assert_eq!(error.details["column"], "id", "{error:?}");
+        }
+        other => panic!("{other:?}"),
+    }
 
     // Admin.
     let merged = c.merge("mem").await.unwrap();

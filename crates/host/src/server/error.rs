@@ -83,6 +83,18 @@ impl ApiError {
                 e.details = json!({"record": row, "column": column});
                 break;
             }
+            // The engine's refusal of one record (a key that exists, a
+            // repeat in the request): which record and column.
+            let store_error = match cause.downcast_ref::<PipelineError>() {
+                Some(PipelineError::Store(e)) => Some(e),
+                _ => cause.downcast_ref::<lance_context_store::Error>(),
+            };
+            if let Some(problem) = store_error.and_then(lance_context_store::Error::batch_problem)
+                && let Some(row) = problem.row()
+            {
+                e.details = json!({"record": row, "column": problem.column()});
+                break;
+            }
             // Every refused record (the first listed in `record`/`column`).
             if let Some(PipelineError::InvalidRecords { problems, total }) =
                 cause.downcast_ref::<PipelineError>()
