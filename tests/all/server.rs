@@ -401,6 +401,10 @@ async fn bad_input_gets_a_typed_status_and_says_where() {
     assert_eq!(s, 400);
     let error: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(error["error"]["details"]["total"], 2, "{error}");
+    // A member given twice is refused, not last-wins.
+    let (s, body) = raw(b"[{\"id\": \"d1\", \"id\": \"d2\"}]", "application/json").await;
+    assert_eq!(s, 400);
+    assert!(String::from_utf8_lossy(&body).contains("given twice"));
     // Nothing from a refused request was written.
     let stats = c.stats("tickets").await.unwrap();
     assert_eq!(stats.rows, 2, "{stats:?}");

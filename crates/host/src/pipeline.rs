@@ -262,8 +262,10 @@ fn check_line(
         message,
     };
     // Checked here so the error names the field (the JSON reader's does not).
-    let mut value: serde_json::Value =
-        serde_json::from_str(&line).map_err(|e| problem(None, format!("not JSON: {e}")))?;
+    // A member given twice is refused (a plain JSON parse keeps the last).
+    let mut value: serde_json::Value = serde_json::from_str::<Strict>(&line)
+        .map(|s| s.0)
+        .map_err(|e| problem(None, format!("not JSON: {e}")))?;
     let object = value
         .as_object_mut()
         .ok_or_else(|| problem(None, "each line must be a JSON object".into()))?;
@@ -645,4 +647,83 @@ pub async fn prepare(
 ) -> Result<RecordBatch, PipelineError> {
     let input = to_input(plugin, batch)?;
     Ok(plugin.prepare_async(input, now_micros).await?)
+}
+
+/// Parse JSON refusing an object that names a member twice (at any depth)
+/// instead of keeping the last, in one pass.
+pub(crate) fn parse_strict(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    serde_json::from_slice::<Strict>(bytes).map(|s| s.0)
+}
+
+/// A JSON value parsed by [`parse_strict`].
+struct Strict(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(Strict(item)) = seq.next_element::<Strict>()? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(value) = map.next_value::<Strict>()?;
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the member '{key}' is given twice"
+                )));
+            }
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
 }

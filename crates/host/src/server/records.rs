@@ -57,7 +57,7 @@ pub(crate) fn batch_from_json(
             err
         });
     }
-    let records: Vec<Value> = match serde_json::from_slice::<Value>(body) {
+    let records: Vec<Value> = match crate::pipeline::parse_strict(body) {
         Ok(Value::Array(items)) => items,
         Ok(Value::Object(_)) => {
             return Err(ApiError::invalid(
