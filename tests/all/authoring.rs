@@ -161,6 +161,19 @@ fn plugin_check_and_store_create_refuse_a_broken_transform() {
     );
     assert_eq!(code, 6, "{err}");
     assert!(err.contains("failed its probe"), "{err}");
+    // A plugin with only warnings is created, and the warnings are said.
+    let (code, _, err) = cli(
+        root,
+        &[
+            "store", "create", "h-ok", "--root", root_arg, "--plugin", plugin,
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: a record without non-nullable column 'id' is accepted"),
+        "{err}"
+    );
     let (code, _, err) = cli(root, &["store", "describe", "h", "--root", root_arg], "");
     assert_eq!(code, 3, "no entry was left: {err}");
 

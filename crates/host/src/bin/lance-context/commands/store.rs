@@ -692,6 +692,15 @@ async fn create(
         )
         .await?;
     named.close().await?;
+    // The probe passed (or the create was refused); its warnings are for
+    // the plugin's author: say them.
+    if !out.json_errors {
+        let warnings = lance_context_host::probe(named.plugin(), None)
+            .at(lance_context_host::ProbeLevel::Warning);
+        for w in &warnings {
+            eprintln!("warning: {}", crate::exit::printable(w));
+        }
+    }
     let e = named.entry();
     let created = serde_json::json!({
         "store": e.name,
