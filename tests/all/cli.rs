@@ -1127,7 +1127,8 @@ fn the_reject_file_is_safe_and_takes_single_record_refusals_only() {
     // Without a reject file the engine's refusal names the input's line.
     let (code, _, err) = cli(root, &["store", "add", "u", input_arg], "");
     assert_eq!(code, 4, "{err}");
-    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("line 2: id 'a' already exists"), "{err}");
+    assert!(!err.contains("row 1"), "no batch-relative row: {err}");
     // Refused targets, before anything is added.
     let before = std::fs::read(&input).unwrap();
     for (target, says) in [
@@ -1188,6 +1189,7 @@ fn the_reject_file_is_safe_and_takes_single_record_refusals_only() {
         refused[1]["record"],
         serde_json::json!({"id": "q0", "n": 3})
     );
+    assert_eq!(refused[1]["errors"][0]["message"], "id 'q0' repeats line 1");
     assert_eq!(count(root, "u"), 3);
 
     // A default the plugin cannot fill for this batch (129 distinct values

@@ -950,7 +950,7 @@ async fn add_chunks(
             if rejects.is_none() {
                 break result;
             }
-            let Some(by_row) = refused_rows(named, &batch, &result).await else {
+            let Some(by_row) = refused_rows(named, &batch, &positions, &result).await else {
                 break result;
             };
             let rows: Vec<usize> = by_row.keys().copied().collect();
@@ -1051,13 +1051,27 @@ async fn add_chunks(
                         "stopped, {added} record(s) added before this batch"
                     )));
             }
+            Err(PipelineError::Store(err))
+                if err.batch_problem().and_then(|p| p.row()).is_some() =>
+            {
+                // The engine refused one record: say which by its line.
+                let problem = err.batch_problem().expect("checked above");
+                let row = problem.row().expect("checked above");
+                let at = positions.name(row);
+                return Err(crate::exit::Refused {
+                    kind: lance_context_host::ErrorKind::from(err.kind()),
+                    message: format!(
+                        "{}: {at}: {}",
+                        stopped(added),
+                        problem_text(problem, &positions)
+                    ),
+                    details: serde_json::json!({"at": at, "column": problem.column()}),
+                }
+                .into());
+            }
             Err(e) => {
                 let at = match &e {
                     PipelineError::InvalidInput { row: Some(row), .. } => positions.name(*row),
-                    PipelineError::Store(err) => match err.batch_problem().and_then(|p| p.row()) {
-                        Some(row) => positions.name(row),
-                        None => format!("the batch from {}", positions.start()),
-                    },
                     _ => format!("the batch from {}", positions.start()),
                 };
                 return Err(anyhow::Error::new(e).context(at).context(stopped(added)));
@@ -1083,6 +1097,7 @@ async fn add_chunks(
 async fn refused_rows(
     named: &NamedStore,
     batch: &arrow_array::RecordBatch,
+    positions: &crate::input::Positions,
     result: &Result<(), PipelineError>,
 ) -> Option<std::collections::BTreeMap<usize, Vec<crate::input::RefusalReason>>> {
     use crate::input::RefusalReason;
@@ -1134,13 +1149,41 @@ async fn refused_rows(
                     code: lance_context_host::ErrorKind::from(e.kind())
                         .as_str()
                         .to_string(),
-                    message: problem.to_string(),
+                    message: problem_text(problem, positions),
                 }],
             );
         }
         _ => return None,
     }
     Some(by_row)
+}
+
+/// An engine refusal of one record in the input's terms: without the
+/// batch-relative `row N: ` the engine starts with, and a repeat naming the
+/// line (or row) it repeats.
+fn problem_text(
+    problem: &lance_context_store::BatchProblem,
+    positions: &crate::input::Positions,
+) -> String {
+    use lance_context_store::BatchProblem as P;
+    match problem {
+        P::DuplicateInBatch {
+            column,
+            first_row,
+            value,
+            ..
+        } => format!("{column} '{value}' repeats {}", positions.name(*first_row)),
+        p => {
+            let text = p.to_string();
+            match p.row() {
+                Some(row) => text
+                    .strip_prefix(&format!("row {row}: "))
+                    .map(str::to_string)
+                    .unwrap_or(text),
+                None => text,
+            }
+        }
+    }
 }
 
 /// Print listed problems (`[{"at", "column", "code"?, "message"}]`) on
