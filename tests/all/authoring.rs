@@ -100,7 +100,8 @@ async fn a_transform_breaking_its_declaration_fails_the_probe_and_no_store_pins_
         let plugin = runtime
             .load(name, &std::fs::read(built_plugin(name)).unwrap(), params)
             .unwrap();
-        let report = lance_context_host::probe(&plugin, None);
+        let samples = lance_context_host::builtin_samples(name).map(str::as_bytes);
+        let report = lance_context_host::probe(&plugin, samples);
         for level in [ProbeLevel::Problem, ProbeLevel::Warning] {
             assert!(report.at(level).is_empty(), "{name}: {report:?}");
         }

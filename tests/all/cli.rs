@@ -1090,6 +1090,24 @@ fn every_bad_line_is_reported_and_a_reject_file_sets_them_aside() {
     assert_eq!(count(root, "strict"), 3);
 }
 
+/// A read on a root that holds no registry is a mistyped --root: said, and
+/// nothing created there.
+#[test]
+fn a_root_without_a_registry_is_not_created_by_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for args in [
+        &["store", "list", "--root", "nowhere"][..],
+        &["store", "get", "x", "k", "--root", "nowhere"],
+        &["store", "describe", "x", "--root", "nowhere"],
+    ] {
+        let (code, _, err) = cli(root, args, "");
+        assert_eq!(code, 3, "{args:?}: {err}");
+        assert!(err.contains("no registry there"), "{args:?}: {err}");
+    }
+    assert!(!root.join("nowhere").exists());
+}
+
 /// The reject file is never the input, a directory or stdout; it is written
 /// through a symlink; the engine's refusals of single records (a key that
 /// exists, a repeat in the batch) are set aside like the plugin's; a refusal

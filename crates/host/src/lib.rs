@@ -98,6 +98,34 @@ pub fn builtin_plugin_bytes(name: &str) -> Option<&'static [u8]> {
         .map(|(_, bytes)| *bytes)
 }
 
+/// Records a built-in plugin accepts (JSON Lines), for the probe run before
+/// a store pins it: the built-ins' rules (enumerations, consistency checks)
+/// refuse the probe's generated records, so their transforms are checked on
+/// these.
+pub fn builtin_samples(name: &str) -> Option<&'static str> {
+    match name {
+        "rollout" => Some(concat!(
+            r#"{"id": "probe-r1", "rollout_id": "r1", "problem_id": "p1", "sequence_order": 0, "role": "user", "content": "What is 2+2?"}"#,
+            "\n",
+            r#"{"id": "probe-r2", "rollout_id": "r1", "problem_id": "p1", "sequence_order": 1, "role": "assistant", "content": "4", "reward": 1.0}"#,
+            "\n"
+        )),
+        "context" => Some(concat!(
+            r#"{"id": "probe-c1", "run_id": "run-1", "text_payload": "a note"}"#,
+            "\n",
+            r#"{"id": "probe-c2", "run_id": "run-1", "external_id": "ext-1", "text_payload": "another"}"#,
+            "\n"
+        )),
+        "datagen" => Some(concat!(
+            r#"{"event_id": "probe-e0", "item_id": "i1", "root_item_id": "i1", "item_seq": 0, "checkpoint_id": "c1", "event_type": "ITEM_CREATED", "run_id": "run-1", "writer_epoch": "1", "schema_version": 1}"#,
+            "\n",
+            r#"{"event_id": "probe-e1", "item_id": "i1", "root_item_id": "i1", "item_seq": 1, "checkpoint_id": "c1", "event_type": "STEP_STARTED", "run_id": "run-1", "writer_epoch": "1", "schema_version": 1, "step_name": "draft", "step_kind": "leaf", "step_index": 0}"#,
+            "\n"
+        )),
+        _ => None,
+    }
+}
+
 /// Hex sha256 of plugin bytes: how a plugin is identified and pinned.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};

@@ -176,9 +176,12 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
         }
     }
     if accepted == 0 && !refused.is_empty() {
-        report.note(
-            "every generated record was refused by the plugin's rules: the output was checked only on the nullability probes — pass sample records the plugin accepts to check more",
-        );
+        let message = "every generated record was refused by the plugin's rules, so its output was not checked on a complete record — pass records it accepts (--sample FILE) to check it";
+        // A transform never run is a transform never checked: say it loudly.
+        match plugin.declaration().has_transform && samples.is_none() {
+            true => report.warning(message),
+            false => report.note(message),
+        }
     }
     // The accepted records together, as one batch of several rows.
     if accepted_records.len() > 1 {
@@ -251,7 +254,15 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
 
     if let Some(samples) = samples {
         match rows_from_json(plugin, samples) {
-            Err(e) => report.problem(format!("the sample records do not fit the schema: {e}")),
+            Err(PipelineError::InvalidRecords { problems, total }) => report.problem(format!(
+                "{total} sample record(s) do not fit the schema: {}",
+                problems
+                    .iter()
+                    .map(|p| format!("line {}: {}", p.row + 1, p.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            Err(e) => report.problem(format!("the sample records: {e}")),
             Ok(batch) => match prepare(plugin, &batch) {
                 Ok(out) => match nulls_in(&out, &required) {
                     Some(column) => report.problem(format!(
@@ -267,7 +278,10 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
                     e.row_errors()
                         .unwrap_or_default()
                         .iter()
-                        .map(|r| format!("record {}: {r}", r.row + 1))
+                        .map(|r| match &r.column {
+                            Some(c) => format!("line {}, column '{c}': {}", r.row + 1, r.message),
+                            None => format!("line {}: {}", r.row + 1, r.message),
+                        })
                         .collect::<Vec<_>>()
                         .join("; ")
                 )),

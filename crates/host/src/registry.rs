@@ -102,15 +102,13 @@ pub enum RegistryError {
         /// Every problem found.
         problems: Vec<String>,
     },
-    /// An upgrade's plugin declares another schema than the store's.
-    #[error(
-        "store '{name}': the new plugin declares a different schema: {difference}; an upgrade must declare the same schema (create a new store for a new one)"
-    )]
+    /// The store's plugin cannot be replaced by this one.
+    #[error("store '{name}' cannot be upgraded: {reason}")]
     UpgradeRefused {
         /// The store name.
         name: String,
-        /// What differs.
-        difference: String,
+        /// Why (for a schema that differs, the first difference).
+        reason: String,
     },
     /// The stored plugin bytes do not hash to the pinned sha256.
     #[error(
@@ -239,6 +237,9 @@ pub struct CreateOptions {
     pub uri: Option<String>,
     /// Object-store options; only their keys are recorded.
     pub storage_options: HashMap<String, String>,
+    /// JSON Lines of records the plugin should accept: the probe run before
+    /// the plugin is pinned runs them too (see [`crate::probe`]).
+    pub probe_samples: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for CreateOptions {
@@ -262,6 +263,7 @@ impl CreateOptions {
             params: Vec::new(),
             uri: None,
             storage_options: HashMap::new(),
+            probe_samples: None,
         }
     }
 }
@@ -629,7 +631,16 @@ impl Registry {
         }
         // Run the plugin on generated records before pinning it: a broken
         // transform fails here, not on the store's first add.
-        probe_before_pin(&plugin, &label).await?;
+        let samples = options
+            .probe_samples
+            .clone()
+            .or_else(|| match &options.source {
+                SchemaSource::Builtin(name) => {
+                    crate::builtin_samples(name).map(|s| s.as_bytes().to_vec())
+                }
+                _ => None,
+            });
+        probe_before_pin(&plugin, &label, samples).await?;
 
         let uri = options.uri.clone().unwrap_or_else(|| {
             self.root
@@ -956,7 +967,13 @@ impl Registry {
     /// (the difference is the error otherwise), and pass the probe
     /// ([`crate::probe`]). The entry is re-pinned atomically; a store open
     /// elsewhere (a running server) keeps the old plugin until reopened.
-    pub async fn upgrade(&self, name: &str, label: &str, bytes: &[u8]) -> Result<UpgradeReport> {
+    pub async fn upgrade(
+        &self,
+        name: &str,
+        label: &str,
+        bytes: &[u8],
+        samples: Option<Vec<u8>>,
+    ) -> Result<UpgradeReport> {
         let _name = self.name_lock(name).await?;
         let mut entry = self.describe(name)?;
         if entry.state != EntryState::Ready {
@@ -967,9 +984,8 @@ impl Registry {
         if entry.plugin.source == "spec" {
             return Err(RegistryError::UpgradeRefused {
                 name: name.to_string(),
-                difference:
-                    "the store was created from a spec file and is run by the built-in spec plugin"
-                        .into(),
+                reason: "it was created from a spec file and is run by the built-in spec plugin; create a new store from the changed spec and move the records (store export | store add)"
+                    .into(),
             });
         }
         let plugin = self.runtime.load(label, bytes, entry.params.clone())?;
@@ -982,10 +998,13 @@ impl Registry {
         if without_queries(&declared.spec) != without_queries(&entry.spec) {
             return Err(RegistryError::UpgradeRefused {
                 name: name.to_string(),
-                difference: spec_difference(&entry.spec, &declared.spec),
+                reason: format!(
+                    "the new plugin declares a different schema: {}; an upgrade must declare the same schema (create a new store for a new one and move the records: store export | store add)",
+                    spec_difference(&entry.spec, &declared.spec)
+                ),
             });
         }
-        probe_before_pin(&plugin, label).await?;
+        probe_before_pin(&plugin, label, samples).await?;
         let from = entry.plugin.clone();
         let to = PluginPin {
             name: declared.name.clone(),
@@ -1022,13 +1041,17 @@ impl Registry {
 
 /// Probe `plugin` ([`crate::probe`], off the async workers): `Err` with
 /// every problem when a store must not pin it.
-async fn probe_before_pin(plugin: &LoadedPlugin, label: &str) -> Result<()> {
+async fn probe_before_pin(
+    plugin: &LoadedPlugin,
+    label: &str,
+    samples: Option<Vec<u8>>,
+) -> Result<()> {
     let probed = plugin.clone();
     let failed = |problems| RegistryError::ProbeFailed {
         plugin: label.to_string(),
         problems,
     };
-    let report = tokio::task::spawn_blocking(move || crate::probe(&probed, None))
+    let report = tokio::task::spawn_blocking(move || crate::probe(&probed, samples.as_deref()))
         .await
         .map_err(|e| failed(vec![format!("the probe did not finish: {e}")]))?;
     match report.problems() {
@@ -1086,11 +1109,27 @@ fn spec_difference(recorded: &SchemaSpec, now: &SchemaSpec) -> String {
         }
     }
     if recorded.columns.len() != now.columns.len() {
-        return format!(
-            "{} columns are now {}",
-            recorded.columns.len(),
-            now.columns.len()
-        );
+        let names = |cols: &[crate::spec::ColumnSpec]| -> Vec<String> {
+            cols.iter().map(|c| c.name.clone()).collect()
+        };
+        let (before, after) = (names(&recorded.columns), names(&now.columns));
+        let added: Vec<&String> = after.iter().filter(|c| !before.contains(c)).collect();
+        let removed: Vec<&String> = before.iter().filter(|c| !after.contains(c)).collect();
+        let list = |v: &[&String]| {
+            v.iter()
+                .map(|c| format!("'{c}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return match (added.is_empty(), removed.is_empty()) {
+            (false, true) => format!("column(s) {} added", list(&added)),
+            (true, false) => format!("column(s) {} removed", list(&removed)),
+            _ => format!(
+                "{} columns are now {}",
+                recorded.columns.len(),
+                now.columns.len()
+            ),
+        };
     }
     if recorded.name != now.name {
         return format!(

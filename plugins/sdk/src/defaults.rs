@@ -10,7 +10,7 @@ use arrow_array::{
     Array, ArrayRef, Int32Array, RecordBatch, RecordBatchOptions, StringArray,
     TimestampMicrosecondArray, new_null_array,
 };
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::{Field, Schema, SchemaRef};
 
 use crate::RowErrors;
 
@@ -38,6 +38,19 @@ pub fn utf8_or_column(
             .filter(|g| g.is_valid(i))
             .or(fallback.filter(|f| f.is_valid(i)))
             .map(|c| c.value(i))
+    })))
+}
+
+/// A Boolean column with nulls replaced by `default`.
+pub fn boolean_or(given: Option<&ArrayRef>, rows: usize, default: bool) -> ArrayRef {
+    let given = given.map(|c| c.as_boolean());
+    Arc::new(arrow_array::BooleanArray::from_iter((0..rows).map(|i| {
+        Some(
+            given
+                .filter(|g| g.is_valid(i))
+                .map(|g| g.value(i))
+                .unwrap_or(default),
+        )
     })))
 }
 
@@ -116,7 +129,10 @@ pub fn derive(
     let mut columns = Vec::new();
     for field in declared.fields() {
         if let Some(column) = fill(field.name(), input.column_by_name(field.name()))? {
-            fields.push(field.as_ref().clone().with_nullable(true));
+            // The column's own type: a column of another type than declared
+            // goes out as it is, and the host refuses the output as the
+            // plugin's fault (naming the column), not as the records'.
+            fields.push(Field::new(field.name(), column.data_type().clone(), true));
             columns.push(column);
         }
     }
@@ -158,4 +174,37 @@ pub fn apply(
         })
         .collect();
     RecordBatch::try_new(declared, columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Int32Array;
+    use arrow_schema::DataType;
+
+    use super::*;
+
+    /// A derived column of another type than declared goes out as it is,
+    /// for the host to refuse as the plugin's fault — not as a row error
+    /// blaming the records.
+    #[test]
+    fn a_derived_column_of_the_wrong_type_is_not_a_row_error() {
+        let declared = Arc::new(Schema::new(vec![Field::new(
+            "paid",
+            DataType::Boolean,
+            false,
+        )]));
+        let input = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(2)),
+        )
+        .unwrap();
+        let out = derive(declared, &input, |_, _| {
+            Ok(Some(Arc::new(Int32Array::from(vec![0, 1])) as ArrayRef))
+        })
+        .unwrap();
+        assert_eq!(out.schema().field(0).data_type(), &DataType::Int32);
+        let filled = boolean_or(None, 2, true);
+        assert_eq!(filled.as_boolean().true_count(), 2);
+    }
 }

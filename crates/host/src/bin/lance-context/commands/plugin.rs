@@ -446,7 +446,12 @@ fn check(
     })?;
     result?;
     if checked.problems > 0 {
-        return Err(usage(format!("{} problem(s) found", checked.problems)));
+        return Err(crate::exit::Refused {
+            kind: lance_context_host::ErrorKind::InvalidInput,
+            message: format!("{} problem(s) found (listed above)", checked.problems),
+            details: serde_json::Value::Null,
+        }
+        .into());
     }
     Ok(())
 }
@@ -499,7 +504,12 @@ fn check_loaded(
     // The probe `store create` runs: generated records (complete ones, and
     // one per non-nullable column left null) through validate/transform,
     // outputs checked against the declaration.
-    for c in lance_context_host::probe(&loaded, sample).checks {
+    // A built-in is checked on its own sample records too.
+    let builtin_samples = builtin
+        .then(|| lance_context_host::builtin_samples(plugin))
+        .flatten()
+        .map(str::as_bytes);
+    for c in lance_context_host::probe(&loaded, sample.or(builtin_samples)).checks {
         checked.push(c.level, c.message);
     }
     Ok(())

@@ -254,7 +254,11 @@ fn schema() -> Schema {{
 }}
 
 impl Plugin for {ty} {{
-    fn describe(_params: &Params) -> Result<Declaration, InvalidParams> {{
+    fn describe(params: &Params) -> Result<Declaration, InvalidParams> {{
+        // This schema takes no creation parameters: refuse any, by name.
+        if let Some((name, _)) = params.first() {{
+            return Err(format!("unknown parameter '{{name}}' (this plugin takes none)").into());
+        }}
         Ok(Declaration::new("{schema}", "0.1.0", schema()).with_transform())
     }}
 

@@ -71,6 +71,10 @@ enum StoreCommand {
         /// The new plugin component (.wasm).
         #[arg(long)]
         plugin: PathBuf,
+        /// JSON Lines of records the plugin should accept (checked by the
+        /// probe before the new plugin is pinned).
+        #[arg(long, value_name = "FILE")]
+        sample: Option<PathBuf>,
     },
     /// Add records (JSON Lines, Arrow IPC or Parquet; a file or stdin)
     /// through the store's plugin, in batches: each batch is one add (durable
@@ -163,6 +167,10 @@ pub struct CreateCommand {
     /// Where the data goes (default: ROOT/stores/NAME); e.g. s3://bucket/path.
     #[arg(long)]
     uri: Option<String>,
+    /// JSON Lines of records the plugin should accept: the probe run before
+    /// the plugin is pinned checks its output on them too.
+    #[arg(long, value_name = "FILE")]
+    sample: Option<PathBuf>,
 }
 
 #[derive(Parser, Debug)]
@@ -246,6 +254,19 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
         PluginLimits::default(),
         lance_context_host::default_cache_dir().as_deref(),
     )?);
+    // Only `create` makes a data root: any other command on a root that
+    // holds no registry is a mistyped --root, said as such.
+    if !matches!(args.command, StoreCommand::Create(_))
+        && !args.root.join("registry/stores").is_dir()
+    {
+        return Err(lance_context_store::Error::NotFound {
+            what: format!(
+                "a data root at {} (no registry there; `store create` makes one, or pass --root)",
+                args.root.display()
+            ),
+        }
+        .into());
+    }
     let registry = Registry::at(&args.root, runtime)?;
     let options: HashMap<String, String> = crate::args::options_map(&args.storage_options);
     let read = |name: String, as_of: AsOf| {
@@ -320,14 +341,17 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 )
             })
         }
-        StoreCommand::Upgrade { name, plugin } => {
+        StoreCommand::Upgrade {
+            name,
+            plugin,
+            sample,
+        } => {
             let bytes =
                 std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
-            let label = plugin
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| plugin.display().to_string());
-            let report = registry.upgrade(&name, &label, &bytes).await?;
+            let label = file_label(&plugin.display().to_string());
+            let samples = read_samples(sample.as_deref())?;
+            let report = registry.upgrade(&name, &label, &bytes, samples).await?;
+            print_probe_warnings(&registry, &name, &out)?;
             let upgraded = serde_json::json!({
                 "store": report.name,
                 "from": {"plugin": report.from.name, "version": report.from.version, "sha256": report.from.sha256},
@@ -675,7 +699,10 @@ async fn create(
         }
         (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
             let bytes = std::fs::read(&p).with_context(|| format!("reading {p}"))?;
-            SchemaSource::Plugin { label: p, bytes }
+            SchemaSource::Plugin {
+                label: file_label(&p),
+                bytes,
+            }
         }
         (Some(p), None) => SchemaSource::Builtin(p),
         (None, None) => return Err(usage("give --plugin or --spec")),
@@ -688,19 +715,14 @@ async fn create(
                 params: c.params,
                 uri: c.uri,
                 storage_options: options,
+                probe_samples: read_samples(c.sample.as_deref())?,
             },
         )
         .await?;
     named.close().await?;
     // The probe passed (or the create was refused); its warnings are for
     // the plugin's author: say them.
-    if !out.json_errors {
-        let warnings = lance_context_host::probe(named.plugin(), None)
-            .at(lance_context_host::ProbeLevel::Warning);
-        for w in &warnings {
-            eprintln!("warning: {}", crate::exit::printable(w));
-        }
-    }
+    print_probe_warnings(registry, &c.name, &out)?;
     let e = named.entry();
     let created = serde_json::json!({
         "store": e.name,
@@ -1156,6 +1178,41 @@ async fn refused_rows(
         _ => return None,
     }
     Some(by_row)
+}
+
+/// A plugin file's label in its pin (`file:NAME`): the file's name, the
+/// same whatever directory it was given from.
+fn file_label(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+fn read_samples(path: Option<&Path>) -> Result<Option<Vec<u8>>> {
+    path.map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+        .transpose()
+}
+
+/// The probe's warnings about the plugin store `name` pins, on stderr
+/// (the probe passed: a create or upgrade with a problem is refused).
+fn print_probe_warnings(registry: &Registry, name: &str, out: &Out) -> Result<()> {
+    if out.json_errors {
+        return Ok(());
+    }
+    let entry = registry.describe(name)?;
+    let plugin = registry.plugin(&entry)?;
+    let samples = entry
+        .plugin
+        .source
+        .strip_prefix("builtin:")
+        .and_then(lance_context_host::builtin_samples)
+        .map(str::as_bytes);
+    for w in lance_context_host::probe(&plugin, samples).at(lance_context_host::ProbeLevel::Warning)
+    {
+        eprintln!("warning: {}", crate::exit::printable(&w));
+    }
+    Ok(())
 }
 
 /// An engine refusal of one record in the input's terms: without the
