@@ -1267,7 +1267,8 @@ fn json_values_are_not_coerced() {
             {"name": "u", "type": "UInt8"},
             {"name": "at", "type": "Timestamp(Microsecond, None)"},
             {"name": "v", "type": "FixedSizeList(2 x Float32)"},
-            {"name": "tags", "type": "List(Utf8)"}]}"#,
+            {"name": "tags", "type": "List(Utf8)"},
+            {"name": "lines", "type": "List(Struct(\"sku\": non-null Utf8, \"qty\": Int32))"}]}"#,
     )
     .unwrap();
     ok(
@@ -1287,6 +1288,11 @@ fn json_values_are_not_coerced() {
         ("\"v\": [1e39, 1.0]", "v", "out of range for Float32"),
         ("\"tags\": [1]", "tags", "expected a string"),
         ("\"n\": 1, \"n\": 2", "", "given twice"),
+        (
+            "\"lines\": [{\"qty\": 1}]",
+            "lines",
+            "item 0: field 'sku' is required",
+        ),
     ] {
         let input = format!("{good}{{\"id\": \"bad\", {bad}}}\n");
         let (code, _, err) = cli(root, &["store", "add", "typed", "-"], &input);

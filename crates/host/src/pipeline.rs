@@ -572,6 +572,11 @@ fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), String> {
                     return Err(format!("unknown field '{unknown}'"));
                 }
                 fields.iter().try_for_each(|f| match o.get(f.name()) {
+                    // A non-nullable field of a struct that is given must be
+                    // given too (Arrow's reader would refuse it unnamed).
+                    None | Some(J::Null) if !f.is_nullable() => {
+                        Err(format!("field '{}' is required (non-nullable)", f.name()))
+                    }
                     Some(item) => {
                         check_json(f.data_type(), item).map_err(|p| format!("{}: {p}", f.name()))
                     }
