@@ -27,6 +27,8 @@ pub struct NamedStore {
     entry: StoreEntry,
     plugin: LoadedPlugin,
     store: Store,
+    /// What the probe before pinning warned about (a store just created).
+    probe_warnings: Vec<String>,
 }
 
 /// A named query that could not run: bad name or arguments, or the engine.
@@ -50,7 +52,19 @@ impl NamedStore {
             entry,
             plugin,
             store,
+            probe_warnings: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_probe_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.probe_warnings = warnings;
+        self
+    }
+
+    /// For a store [`crate::Registry::create`] just made: what the probe of
+    /// its plugin warned about (empty for a store opened later).
+    pub fn probe_warnings(&self) -> &[String] {
+        &self.probe_warnings
     }
 
     /// The store's registry entry (name, uri, pinned plugin, spec).

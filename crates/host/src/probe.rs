@@ -133,7 +133,7 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
         Value::Object(object)
     };
     let mut accepted = 0usize;
-    let mut refused = Vec::new();
+    let mut refused = false;
     let mut generated = vec![
         ("a complete record".to_string(), complete(0)),
         ("a second complete record".to_string(), complete(1)),
@@ -164,7 +164,7 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
             Outcome::Refused(errors) => {
                 let first = errors.first().map(|(_, m)| m.clone()).unwrap_or_default();
                 report.note(format!("{what}: refused by the plugin's rules ({first})"));
-                refused.push(what.clone());
+                refused = true;
             }
             Outcome::Unusable(why) => report.note(format!("{what}: not probed ({why})")),
             Outcome::Fault(e) => {
@@ -175,7 +175,7 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
             }
         }
     }
-    if accepted == 0 && !refused.is_empty() {
+    if accepted == 0 && refused {
         let message = "every generated record was refused by the plugin's rules, so its output was not checked on a complete record — pass records it accepts (--sample FILE) to check it";
         // A transform never run is a transform never checked: say it loudly.
         match plugin.declaration().has_transform && samples.is_none() {

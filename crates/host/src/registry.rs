@@ -640,7 +640,7 @@ impl Registry {
                 }
                 _ => None,
             });
-        probe_before_pin(&plugin, &label, samples).await?;
+        let probe_warnings = probe_before_pin(&plugin, &label, samples).await?;
 
         let uri = options.uri.clone().unwrap_or_else(|| {
             self.root
@@ -724,7 +724,7 @@ impl Registry {
             Ok(store) => {
                 entry.state = EntryState::Ready;
                 write_atomic(&path, &self.stored_form(&entry))?;
-                Ok(NamedStore::new(entry, plugin, store))
+                Ok(NamedStore::new(entry, plugin, store).with_probe_warnings(probe_warnings))
             }
             Err(e) => {
                 // Free the name.
@@ -924,20 +924,7 @@ impl Registry {
         let _pins = self.pins_lock()?;
         let path = self.entry_path(name);
         std::fs::remove_file(&path).map_err(io(&path))?;
-        let still_pinned = self
-            .list()?
-            .iter()
-            .any(|e| e.plugin.sha256 == entry.plugin.sha256);
-        let plugin_file = if still_pinned {
-            None
-        } else {
-            let plugin = self.plugin_path(&entry.plugin.sha256);
-            match std::fs::remove_file(&plugin) {
-                Ok(()) => Some(plugin),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io(&plugin)(e)),
-            }
-        };
+        let plugin_file = self.remove_if_unpinned(&entry.plugin.sha256)?;
         Ok(DropReport {
             name: name.to_string(),
             uri: entry.uri,
@@ -958,6 +945,8 @@ pub struct UpgradeReport {
     pub to: PluginPin,
     /// The old plugin's file, removed when no store pins it any more.
     pub removed_plugin_file: Option<PathBuf>,
+    /// What the probe of the new plugin warned about.
+    pub probe_warnings: Vec<String>,
 }
 
 impl Registry {
@@ -1004,7 +993,7 @@ impl Registry {
                 ),
             });
         }
-        probe_before_pin(&plugin, label, samples).await?;
+        let probe_warnings = probe_before_pin(&plugin, label, samples).await?;
         let from = entry.plugin.clone();
         let to = PluginPin {
             name: declared.name.clone(),
@@ -1018,34 +1007,38 @@ impl Registry {
         entry.spec = declared.spec.clone();
         let path = self.entry_path(name);
         write_atomic(&path, &self.stored_form(&entry))?;
-        let still_pinned =
-            from.sha256 == to.sha256 || self.list()?.iter().any(|e| e.plugin.sha256 == from.sha256);
-        let removed_plugin_file = if still_pinned {
-            None
-        } else {
-            let old = self.plugin_path(&from.sha256);
-            match std::fs::remove_file(&old) {
-                Ok(()) => Some(old),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io(&old)(e)),
-            }
-        };
+        let removed_plugin_file = self.remove_if_unpinned(&from.sha256)?;
         Ok(UpgradeReport {
             name: name.to_string(),
             from,
             to,
             removed_plugin_file,
+            probe_warnings,
         })
+    }
+
+    /// Remove the plugin file of `sha256` when no entry pins it any more
+    /// (call holding the pins lock); the path removed.
+    fn remove_if_unpinned(&self, sha256: &str) -> Result<Option<PathBuf>> {
+        if self.list()?.iter().any(|e| e.plugin.sha256 == sha256) {
+            return Ok(None);
+        }
+        let path = self.plugin_path(sha256);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(Some(path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path)(e)),
+        }
     }
 }
 
 /// Probe `plugin` ([`crate::probe`], off the async workers): `Err` with
-/// every problem when a store must not pin it.
+/// every problem when a store must not pin it, else its warnings.
 async fn probe_before_pin(
     plugin: &LoadedPlugin,
     label: &str,
     samples: Option<Vec<u8>>,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let probed = plugin.clone();
     let failed = |problems| RegistryError::ProbeFailed {
         plugin: label.to_string(),
@@ -1055,7 +1048,7 @@ async fn probe_before_pin(
         .await
         .map_err(|e| failed(vec![format!("the probe did not finish: {e}")]))?;
     match report.problems() {
-        problems if problems.is_empty() => Ok(()),
+        problems if problems.is_empty() => Ok(report.at(crate::ProbeLevel::Warning)),
         problems => Err(failed(problems)),
     }
 }

@@ -351,7 +351,7 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             let label = file_label(&plugin.display().to_string());
             let samples = read_samples(sample.as_deref())?;
             let report = registry.upgrade(&name, &label, &bytes, samples).await?;
-            print_probe_warnings(&registry, &name, &out)?;
+            print_warnings(&report.probe_warnings, &out);
             let upgraded = serde_json::json!({
                 "store": report.name,
                 "from": {"plugin": report.from.name, "version": report.from.version, "sha256": report.from.sha256},
@@ -722,7 +722,7 @@ async fn create(
     named.close().await?;
     // The probe passed (or the create was refused); its warnings are for
     // the plugin's author: say them.
-    print_probe_warnings(registry, &c.name, &out)?;
+    print_warnings(named.probe_warnings(), &out);
     let e = named.entry();
     let created = serde_json::json!({
         "store": e.name,
@@ -1194,25 +1194,14 @@ fn read_samples(path: Option<&Path>) -> Result<Option<Vec<u8>>> {
         .transpose()
 }
 
-/// The probe's warnings about the plugin store `name` pins, on stderr
-/// (the probe passed: a create or upgrade with a problem is refused).
-fn print_probe_warnings(registry: &Registry, name: &str, out: &Out) -> Result<()> {
-    if out.json_errors {
-        return Ok(());
+/// The probe's warnings about a plugin just pinned, on stderr (the probe
+/// passed: a create or upgrade with a problem is refused).
+fn print_warnings(warnings: &[String], out: &Out) {
+    if !out.json_errors {
+        for w in warnings {
+            eprintln!("warning: {}", crate::exit::printable(w));
+        }
     }
-    let entry = registry.describe(name)?;
-    let plugin = registry.plugin(&entry)?;
-    let samples = entry
-        .plugin
-        .source
-        .strip_prefix("builtin:")
-        .and_then(lance_context_host::builtin_samples)
-        .map(str::as_bytes);
-    for w in lance_context_host::probe(&plugin, samples).at(lance_context_host::ProbeLevel::Warning)
-    {
-        eprintln!("warning: {}", crate::exit::printable(&w));
-    }
-    Ok(())
 }
 
 /// An engine refusal of one record in the input's terms: without the
