@@ -263,7 +263,7 @@ async fn read_body(state: &Shared, body: Body) -> Result<Bytes, ApiError> {
     // A client that stops sending does not hold the request (or shutdown).
     let read = tokio::time::timeout(
         state.config.request_timeout,
-        axum::body::to_bytes(body, state.config.body_limit),
+        bounded_body(body, state.config.body_limit),
     )
     .await
     .map_err(|_| {
@@ -286,6 +286,30 @@ async fn read_body(state: &Shared, body: Body) -> Result<Bytes, ApiError> {
             ),
         )
     })
+}
+
+/// The body if it is at most `limit` bytes. An oversized body is still read
+/// (and dropped) up to a bound, so that the client finishes sending and
+/// reads the 413 instead of a reset connection.
+async fn bounded_body(body: Body, limit: usize) -> Result<Bytes, String> {
+    use futures::StreamExt as _;
+    let drain_to = limit.saturating_mul(4).clamp(limit, 64 << 20);
+    let mut stream = body.into_data_stream();
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= limit {
+            kept.extend_from_slice(&chunk);
+        } else if seen > drain_to {
+            break;
+        }
+    }
+    match seen > limit {
+        true => Err(format!("{seen} bytes or more")),
+        false => Ok(Bytes::from(kept)),
+    }
 }
 
 /// A JSON body of type `T` (unknown fields refused where `T` says so).
