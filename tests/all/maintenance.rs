@@ -8,7 +8,7 @@ use arrow_array::{Array, RecordBatch, StringArray};
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance_context_store::{
-    Error, ErrorKind, KeyIndex, MergeFailpoint, ScanRequest, SortKey, Store, StoreConfig,
+    Error, ErrorKind, MergeFailpoint, ScanRequest, SortKey, Store, StoreConfig,
 };
 
 use crate::support::*;
@@ -434,24 +434,6 @@ async fn concurrent_compactions_one_runs_the_other_is_told() {
     assert_eq!((ran, told), (1, 1), "{outcomes:?}");
     assert_eq!(store.count(None).await.unwrap(), 40);
     assert_eq!(base_rows(&uri).await.len(), 40);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zonemap_key_index_can_be_chosen() {
-    let (_dir, uri) = temp_uri();
-    let mut config = manual(&uri);
-    config.indexes.key_index = KeyIndex::ZoneMap;
-    let store = Store::create(config).await.unwrap();
-    store.add(&batch(&rows("z", "g", 20))).await.unwrap();
-    store.merge().await.unwrap();
-    let stats = store.stats().await.unwrap();
-    let index = stats
-        .indexes
-        .iter()
-        .find(|i| i.name == "id_idx")
-        .expect("key index");
-    assert_eq!(index.kind, "ZoneMap", "{stats:?}");
-    assert!(store.get("z-00011").await.unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lance_context_store::{
-    ErrorKind, KeyIndex, MergeHook, RetentionSettings, ScanRequest, SortKey, Store, StoreConfig,
+    ErrorKind, MergeHook, RetentionSettings, ScanRequest, SortKey, Store, StoreConfig,
 };
 use tokio::sync::Notify;
 
@@ -138,33 +138,71 @@ async fn a_key_deleted_from_the_base_before_a_merge_is_gone_from_scan_and_count(
 }
 
 /// `get` itself probes the base table through the key index: it reads a
-/// small fraction of what the same lookup reads without one.
+/// small fraction of what the same lookup reads as a scan whose predicate the
+/// index cannot answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_go_through_the_key_index() {
-    let mut read = Vec::new();
-    for key_index in [KeyIndex::BTree, KeyIndex::None] {
-        let (_dir, uri) = temp_uri();
-        let mut config = manual(&uri);
-        config.indexes.key_index = key_index;
-        let store = Store::create(config).await.unwrap();
-        let mut all = rows("k", "g", 20_000);
-        for r in &mut all {
-            r.note = Some("n".repeat(100));
-        }
-        store.add(&batch(&all)).await.unwrap();
-        store.merge().await.unwrap();
-        store.get("k-00001").await.unwrap(); // warm metadata caches
-        store.base_read_bytes().await;
-        let row = store.get("k-17007").await.unwrap().expect("found");
-        assert_eq!(decode(&row)[0].n, 17007);
-        read.push(store.base_read_bytes().await);
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    let mut all = rows("k", "g", 20_000);
+    for r in &mut all {
+        r.note = Some("n".repeat(100));
     }
-    let (indexed, scanned) = (read[0], read[1]);
-    eprintln!("lookup read {indexed} bytes through the index, {scanned} without");
+    store.add(&batch(&all)).await.unwrap();
+    store.merge().await.unwrap();
+    store.get("k-00001").await.unwrap(); // warm metadata caches
+    store.base_read_bytes().await;
+    let row = store.get("k-17007").await.unwrap().expect("found");
+    assert_eq!(decode(&row)[0].n, 17007);
+    let indexed = store.base_read_bytes().await;
+    let scanned_row = store
+        .scan(ScanRequest::new().filter("id || '' = 'k-17007'"))
+        .await
+        .unwrap();
+    assert_eq!(decode(&scanned_row)[0].n, 17007);
+    let scanned = store.base_read_bytes().await;
+    eprintln!("lookup read {indexed} bytes through the index, {scanned} as a scan");
     assert!(
         indexed * 5 < scanned,
-        "through the index {indexed} bytes, without {scanned} bytes"
+        "through the index {indexed} bytes, as a scan {scanned} bytes"
     );
+}
+
+/// The key index exists from the start, before any writer opens: the
+/// writer keeps it in memory, so Lance waits for each generation's indexes
+/// (the key sidecar among them) to cover the whole memtable before it
+/// publishes the generation. Without it, a flush under load could publish a
+/// generation whose key sidecar was missing (unreadable) or partial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_generation_is_flushed_with_its_indexes() {
+    let (dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    let stats = store.stats().await.unwrap();
+    assert!(
+        stats.indexes.iter().any(|i| i.name == "id_idx"),
+        "the key index exists before the first row: {stats:?}"
+    );
+    store.add(&batch(&rows("a", "g", 300))).await.unwrap();
+    store.add(&batch(&rows("b", "g", 5))).await.unwrap();
+    let mut generations = 0;
+    for shard in std::fs::read_dir(dir.path().join("store/_mem_wal")).unwrap() {
+        let shard = shard.unwrap().path();
+        for entry in std::fs::read_dir(&shard).unwrap() {
+            let path = entry.unwrap().path();
+            if !path.to_string_lossy().contains("_gen_") {
+                continue;
+            }
+            generations += 1;
+            // The indexed flush path: it waits for the in-memory indexes.
+            assert!(path.join("_indices").is_dir(), "{path:?} has no indexes");
+            assert!(
+                path.join("_pk_index").is_dir(),
+                "{path:?} has no key sidecar"
+            );
+        }
+    }
+    assert!(generations >= 2, "{generations} generations");
+    assert_eq!(store.count(None).await.unwrap(), 305);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

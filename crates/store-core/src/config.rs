@@ -327,15 +327,17 @@ impl Default for CompactionSettings {
 }
 
 /// The key column's scalar index.
+///
+/// Always a BTree: besides answering point lookups, it is what makes the
+/// MemWAL writers keep an index in memory, and so what makes Lance wait for
+/// the key sidecar of each generation to be complete before publishing it
+/// (see [`crate::Store::create`]). A choice without one would not be safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum KeyIndex {
-    /// No key index (point lookups scan the base table).
-    None,
-    /// A BTree (exact lookups; the default).
+    /// A BTree (exact lookups).
     #[default]
     BTree,
-    /// A ZoneMap (small, coarse pruning).
-    ZoneMap,
 }
 
 pub use lance_context_spec::Metric;
@@ -365,7 +367,8 @@ pub struct VectorColumn {
 /// Index settings.
 #[derive(Debug, Clone, Default)]
 pub struct IndexSettings {
-    /// The key column's index, ensured on open and after compaction and merge.
+    /// The key column's index: created with the store (and on open when
+    /// missing), before any writer opens; kept by merges and compaction.
     pub key_index: KeyIndex,
     /// Vector columns, indexed on request.
     pub vector_columns: Vec<VectorColumn>,

@@ -20,8 +20,8 @@ use tokio::sync::{Mutex, Notify, RwLock};
 use uuid::Uuid;
 
 use crate::config::{
-    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, RetentionSettings,
-    VectorIndexKind, WriterSettings,
+    CompactionSettings, IndexSettings, MergeSettings, Metric, RetentionSettings, VectorIndexKind,
+    WriterSettings,
 };
 use crate::dataset::{Opener, ensure_mem_wal};
 use crate::error::{Error, LanceResultExt, Result};
@@ -405,45 +405,12 @@ impl Engine {
         })
     }
 
-    /// Create the key column's index (and the secondary key's) if configured
-    /// and missing. A table with no rows yet gets them on the first merge.
+    /// Create the key column's index (and the secondary key's) if missing.
     pub async fn ensure_key_index(&self) -> Result<()> {
-        let key = match self.settings.indexes.key_index {
-            KeyIndex::None => None,
-            KeyIndex::BTree => Some((IndexType::BTree, ScalarIndexParams::default())),
-            KeyIndex::ZoneMap => Some((
-                IndexType::ZoneMap,
-                ScalarIndexParams::new("zonemap".to_string()),
-            )),
-        };
-        let mut wanted: Vec<(String, IndexType, ScalarIndexParams)> = Vec::new();
-        if let Some((kind, params)) = key {
-            wanted.push((self.key.clone(), kind, params));
-        }
-        if let Some(column) = &self.settings.indexes.secondary_key_index {
-            wanted.push((
-                column.clone(),
-                IndexType::BTree,
-                ScalarIndexParams::default(),
-            ));
-        }
-        for (column, kind, params) in wanted {
-            let dataset = self.fresh_dataset().await?;
-            let name = format!("{column}_idx");
-            let existing = dataset
-                .load_indices_by_name(&name)
-                .await
-                .ctx("listing indexes")?;
-            if !existing.is_empty() || dataset.count_rows(None).await.ctx("counting rows")? == 0 {
-                continue;
-            }
-            let mut dataset = dataset.as_ref().clone();
-            dataset
-                .create_index(&[column.as_str()], kind, Some(name), &params, false)
-                .await
-                .map_err(|e| {
-                    Error::from_lance(format!("creating the index on {column}"), None, e)
-                })?;
+        let dataset = self.fresh_dataset().await?;
+        if let Some(dataset) =
+            ensure_scalar_indexes(&dataset, &self.key, &self.settings.indexes).await?
+        {
             self.publish(Arc::new(dataset)).await;
         }
         Ok(())
@@ -640,6 +607,72 @@ async fn has_delta_segments(dataset: &Dataset) -> Result<bool> {
 }
 
 /// Coverage of every user index.
+/// Create the BTree index of the key column (`<key>_idx`) and of the
+/// secondary key, where missing; the newer dataset when one was created.
+///
+/// On a table without rows an index is created as a definition that covers
+/// nothing yet (the first merge trains it). It must exist **before a writer
+/// opens**: MemWAL writers maintain the table's indexes in memory, and Lance
+/// 14 makes a flush wait until the in-memory indexes cover the whole memtable
+/// only when the writer maintains at least one. Without one, a generation can
+/// be flushed while its key index (the `_pk_index` sidecar that reads use to
+/// keep only the newest version of a key) is still behind: a generation with
+/// no sidecar cannot be read, and one with part of it lets older versions
+/// through. Seen in crash trials under load (`docs/reliability.md`).
+pub(crate) async fn ensure_scalar_indexes(
+    dataset: &Dataset,
+    key: &str,
+    settings: &IndexSettings,
+) -> Result<Option<Dataset>> {
+    let mut wanted = vec![key.to_string()];
+    if let Some(column) = &settings.secondary_key_index
+        && column != key
+    {
+        wanted.push(column.clone());
+    }
+    let mut current: Option<Dataset> = None;
+    for column in wanted {
+        let name = format!("{column}_idx");
+        let base = current.as_ref().unwrap_or(dataset);
+        let existing = base
+            .load_indices_by_name(&name)
+            .await
+            .ctx("listing indexes")?;
+        if !existing.is_empty() {
+            continue;
+        }
+        let mut next = base.clone();
+        let created = next
+            .create_index(
+                &[column.as_str()],
+                IndexType::BTree,
+                Some(name.clone()),
+                &ScalarIndexParams::default(),
+                false,
+            )
+            .await;
+        if let Err(e) = created {
+            // Another handle created it first: take the version that has it.
+            next.checkout_latest()
+                .await
+                .ctx("reloading after creating an index")?;
+            let there = next
+                .load_indices_by_name(&name)
+                .await
+                .ctx("listing indexes")?;
+            if there.is_empty() {
+                return Err(Error::from_lance(
+                    format!("creating the index on {column}"),
+                    None,
+                    e,
+                ));
+            }
+        }
+        current = Some(next);
+    }
+    Ok(current)
+}
+
 pub(crate) async fn index_stats(dataset: &Dataset) -> Result<Vec<IndexStats>> {
     let indices = dataset.load_indices().await.ctx("listing indexes")?;
     let existing: RoaringBitmap = dataset.fragments().iter().map(|f| f.id as u32).collect();

@@ -17,7 +17,10 @@ use uuid::Uuid;
 use crate::config::{RecordCapabilities, ShardPolicy, StoreConfig};
 use crate::conform::Schemas;
 use crate::dataset::{Location, Opener, ensure_mem_wal};
-use crate::engine::{Background, CompactionState, CompactionStats, Engine, Settings, StoreStats};
+use crate::engine::{
+    Background, CompactionState, CompactionStats, Engine, Settings, StoreStats,
+    ensure_scalar_indexes,
+};
 use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use crate::id::shard_id_for_instance;
@@ -165,6 +168,15 @@ impl Store {
                 "merge.cleanup_grace must be greater than zero: a read in progress may still open what cleanup would delete",
             ));
         }
+        // The key index exists before the writer opens (see
+        // `ensure_scalar_indexes`: the writer then keeps it in memory, which
+        // makes every flush wait for the generation's key sidecar).
+        let dataset = match writable {
+            true => ensure_scalar_indexes(&dataset, &schemas.key, &config.indexes)
+                .await?
+                .unwrap_or(dataset),
+            false => dataset,
+        };
         let writer = match writable {
             true => Some(Writer::open(&dataset, shard, config.writer.clone()).await?),
             false => None,
@@ -195,7 +207,6 @@ impl Store {
                     let dataset = engine.fresh_dataset().await?;
                     Box::pin(engine.take_over_other_shards(&dataset)).await?;
                 }
-                engine.ensure_key_index().await?;
                 Background::start(&engine)
             }
             false => None,

@@ -642,12 +642,22 @@ pub async fn run(args: TortureArgs) -> Result<()> {
         }
         let window = log.window();
         *windows.entry(window.clone()).or_default() += 1;
-        let outcome = check(&root, &storage, &log).await?;
+        // A check that cannot read the store is a failed trial like any
+        // other (its seed printed, its data kept), not the end of the run.
+        let outcome = match check(&root, &storage, &log).await {
+            Ok(outcome) => outcome,
+            Err(e) => Outcome {
+                problems: vec![format!("the check after the kill failed: {e:#}")],
+                ..Outcome::default()
+            },
+        };
         lost += outcome.lost;
         resurrected += outcome.resurrected;
         duplicated += outcome.duplicated;
         done += 1;
-        if !outcome.problems.is_empty() || !log.unexpected.is_empty() || status.success() {
+        let trial_failed =
+            !outcome.problems.is_empty() || !log.unexpected.is_empty() || status.success();
+        if trial_failed {
             failed += 1;
             println!(
                 "trial {trial} (seed {seed}, killed during {window}, {} ops, {} acknowledged): FAILED",
@@ -665,6 +675,15 @@ pub async fn run(args: TortureArgs) -> Result<()> {
             }
         }
         if args.dir.is_none() {
+            if trial_failed {
+                // The temporary directory goes with the run: keep what the
+                // failed trial left, for the post-mortem.
+                let kept = std::env::temp_dir().join(format!("lance-context-torture-{seed}"));
+                match std::fs::rename(&root, &kept) {
+                    Ok(()) => println!("  its data is kept in {}", kept.display()),
+                    Err(e) => println!("  its data could not be kept: {e}"),
+                }
+            }
             let _ = std::fs::remove_dir_all(&root);
         }
         // A long soak says how it goes (and leaves a result if it is stopped).
