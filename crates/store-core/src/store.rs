@@ -52,6 +52,8 @@ pub struct Store {
     /// Serialises check-then-write adds (uniqueness, upsert, patch, delete by
     /// tombstone) of this store handle.
     pub(crate) record_lock: tokio::sync::Mutex<()>,
+    /// The base table's visible rows, for `count` (record capabilities).
+    pub(crate) visible_count: std::sync::Mutex<Option<records::VisibleCount>>,
     shard_policy: ShardPolicy,
     /// Awaited by the next read between taking its view and reading
     /// (failpoints: a reader slower than cleanup).
@@ -218,6 +220,7 @@ impl Store {
             background: std::sync::Mutex::new(background),
             capabilities: config.capabilities,
             record_lock: tokio::sync::Mutex::new(()),
+            visible_count: std::sync::Mutex::new(None),
             shard_policy: config.shard_policy,
             #[cfg(feature = "failpoints")]
             read_pause: std::sync::Mutex::new(None),
@@ -649,13 +652,38 @@ impl Store {
     /// Without a filter or record capabilities this reads no rows of the base
     /// table: its count comes from fragment metadata, adjusted by the keys of
     /// the unmerged generations (new keys added, deleted ones taken away).
+    ///
+    /// With record capabilities and no filter, the base table's visible rows
+    /// are counted on their own (the visibility columns of the base table,
+    /// no newest-version folding — its keys are unique), remembered for that
+    /// base version until the next row in it expires, and adjusted by the
+    /// unmerged generations' keys the same way.
     pub async fn count(&self, filter: Option<&str>) -> Result<u64> {
         if filter.is_none() && self.capabilities == RecordCapabilities::default() {
             return self
                 .on_view(|view| async move {
-                    crate::read::count_all(&view, &self.schemas.key, &self.engine.opener).await
+                    let base = view
+                        .dataset
+                        .count_rows(None)
+                        .await
+                        .map_err(|e| Error::from_lance("counting rows", None, e))?
+                        as u64;
+                    crate::read::count_all(
+                        &view,
+                        &self.schemas.key,
+                        &self.engine.opener,
+                        base,
+                        None,
+                    )
+                    .await?
+                    .ok_or_else(|| Error::internal("a count without visibility rules gave up"))
                 })
                 .await;
+        }
+        if filter.is_none()
+            && let Some(n) = self.count_visible().await?
+        {
+            return Ok(n);
         }
         let mut request = ScanRequest::new().project([self.schemas.key.clone()]);
         request.filter = filter.map(str::to_string);

@@ -138,22 +138,48 @@ pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>>
     Ok(views.into_iter().flatten().collect())
 }
 
-/// Every live key's newest version, counted without reading the base table's
-/// rows: its fragment metadata, plus the unmerged generations' keys that are
-/// new, minus those whose newest version is a tombstone of a base row.
+/// Every live key's newest version, counted without reading the base
+/// table's rows: `base` (the base table's count — of every row, or with
+/// `hide`, of the rows it leaves visible), adjusted by the unmerged
+/// generations: each key they hold counts by its newest version there (live,
+/// and visible under `hide`), instead of by its base row.
+///
+/// `None` when a generation lacks a column `hide` names (written before the
+/// column was added): the caller counts another way.
 pub(crate) async fn count_all(
     view: &ReadView,
     key: &str,
     opener: &crate::dataset::Opener,
-) -> Result<u64> {
-    let base = view.dataset.count_rows(None).await.ctx("counting rows")? as u64;
-    // Newest version per key in the unmerged tier: live or deleted.
+    base: u64,
+    hide: Option<&Expr>,
+) -> Result<Option<u64>> {
+    // Newest version per key in the unmerged tier: whether it counts.
     let mut newest: HashMap<String, bool> = HashMap::new();
+    let hide_columns: Vec<String> = hide
+        .map(|h| h.column_refs().iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
     for shard in &view.shards {
         for (_, path) in shard.sstables.iter().rev() {
             let generation = opener
                 .open_generation(&view.dataset, &shard.snapshot.shard_id, path)
                 .await?;
+            if hide_columns
+                .iter()
+                .any(|c| generation.schema().field(c).is_none())
+            {
+                return Ok(None);
+            }
+            // Keys shown in this generation (a generation holds a key once).
+            let shown: Option<std::collections::HashSet<String>> = match hide {
+                None => None,
+                Some(hide) => {
+                    let mut scan = generation.scan();
+                    scan.project(&[key])
+                        .ctx("projecting the key")?
+                        .filter_expr(hide.clone());
+                    Some(column_values(scan, key).await?.into_iter().collect())
+                }
+            };
             let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
             let mut columns = vec![key];
             if has_tombstones {
@@ -174,42 +200,51 @@ pub(crate) async fn count_all(
                     if keys.is_null(row) {
                         continue;
                     }
-                    let live = !deleted.is_some_and(|d| d.is_valid(row) && d.value(row));
-                    newest.entry(keys.value(row).to_string()).or_insert(live);
+                    let k = keys.value(row);
+                    let live = !deleted.is_some_and(|d| d.is_valid(row) && d.value(row))
+                        && shown.as_ref().is_none_or(|s| s.contains(k));
+                    newest.entry(k.to_string()).or_insert(live);
                 }
             }
         }
     }
     if newest.is_empty() {
-        return Ok(base);
+        return Ok(Some(base));
     }
-    // Which of those keys the base table holds (through its key index).
-    let mut in_base: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // Which of those keys `base` counted (through the key index).
+    let mut in_base: usize = 0;
     let keys: Vec<&str> = newest.keys().map(String::as_str).collect();
     for chunk in keys.chunks(1000) {
+        let mut filter = key_filter(key, chunk);
+        if let Some(hide) = hide {
+            filter = filter.and(hide.clone());
+        }
         let mut scan = view.dataset.scan();
         scan.project(&[key])
             .ctx("projecting the key")?
-            .filter_expr(key_filter(key, chunk));
-        let mut stream = scan.try_into_stream().await.ctx("looking up keys")?;
-        while let Some(batch) = stream.try_next().await.ctx("looking up keys")? {
-            if let Some(col) = batch
-                .column_by_name(key)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            {
-                in_base.extend(col.iter().flatten().map(str::to_string));
-            }
+            .filter_expr(filter);
+        in_base += column_values(scan, key).await?.len();
+    }
+    let counted = newest.values().filter(|live| **live).count();
+    Ok(Some((base + counted as u64).saturating_sub(in_base as u64)))
+}
+
+/// The non-null values of a Utf8 column a scan returns.
+async fn column_values(
+    scan: lance::dataset::scanner::Scanner,
+    column: &str,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut stream = scan.try_into_stream().await.ctx("reading keys")?;
+    while let Some(batch) = stream.try_next().await.ctx("reading keys")? {
+        if let Some(col) = batch
+            .column_by_name(column)
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        {
+            out.extend(col.iter().flatten().map(str::to_string));
         }
     }
-    let added = newest
-        .iter()
-        .filter(|(k, live)| **live && !in_base.contains(*k))
-        .count() as u64;
-    let removed = newest
-        .iter()
-        .filter(|(k, live)| !**live && in_base.contains(*k))
-        .count() as u64;
-    Ok((base + added).saturating_sub(removed))
+    Ok(out)
 }
 
 /// A stream of result batches in the logical schema.

@@ -55,7 +55,7 @@ use lance::deps::datafusion::logical_expr::Expr;
 use super::Store;
 use crate::config::RecordCapabilities;
 use crate::error::{BatchProblem, Error, Result};
-use crate::read::{ScanRequest, Visibility};
+use crate::read::{ReadView, ScanRequest, Visibility};
 
 /// The reserved `content_type` of a tombstone row.
 pub use lance_context_spec::TOMBSTONE_CONTENT_TYPE;
@@ -190,6 +190,24 @@ fn undeleted() -> Visibility {
     }
 }
 
+/// The base table's visible rows at one version, and how long that holds:
+/// from `from` until the first visible row expires (`until`, exclusive; `None`
+/// when none will). Rows hidden by expiry never show again, and nothing else
+/// in the visibility rule depends on the clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct VisibleCount {
+    version: u64,
+    from: i64,
+    until: Option<i64>,
+    visible: u64,
+}
+
+impl VisibleCount {
+    fn holds(&self, version: u64, now: i64) -> bool {
+        self.version == version && now >= self.from && self.until.is_none_or(|u| now < u)
+    }
+}
+
 impl Store {
     /// The expression that hides what `visibility` does not show, or `None`.
     /// Built from the engine's own constants and typed literals only.
@@ -228,6 +246,84 @@ impl Store {
         parse_filter_expr(&self.schemas.stored, &text)
             .map(Some)
             .map_err(|e| Error::internal(format!("the visibility rule does not parse: {e}")))
+    }
+
+    /// `count()` with the default visibility: the base table's visible rows
+    /// (see [`VisibleCount`]) adjusted by the unmerged generations. `None`
+    /// when that cannot be done (a generation written before a column the
+    /// rule names existed): the caller counts through a scan.
+    pub(crate) async fn count_visible(&self) -> Result<Option<u64>> {
+        let now = now_micros();
+        let visibility = Visibility {
+            now_micros: Some(now),
+            ..Visibility::default()
+        };
+        let Some(hide) = self.visibility_expr(&visibility)? else {
+            return Ok(None);
+        };
+        let hide = &hide;
+        self.on_view(|view| async move {
+            let base = self.base_visible(&view, hide, now).await?;
+            crate::read::count_all(
+                &view,
+                &self.schemas.key,
+                &self.engine.opener,
+                base,
+                Some(hide),
+            )
+            .await
+        })
+        .await
+    }
+
+    /// The base table's rows `hide` leaves visible at `now`.
+    async fn base_visible(&self, view: &ReadView, hide: &Expr, now: i64) -> Result<u64> {
+        let version = view.dataset.version().version;
+        let cached = *self.visible_count.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cached
+            && c.holds(version, now)
+        {
+            return Ok(c.visible);
+        }
+        let mut scan = view.dataset.scan();
+        scan.filter_expr(hide.clone());
+        let (visible, until) = if self.capabilities.lifecycle {
+            scan.project(&[EXPIRES_AT])
+                .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
+            let mut stream = scan
+                .try_into_stream()
+                .await
+                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
+            let (mut visible, mut until) = (0u64, None::<i64>);
+            while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
+                .await
+                .map_err(|e| Error::from_lance("counting visible rows", None, e))?
+            {
+                visible += batch.num_rows() as u64;
+                let micros = arrow_cast::cast(
+                    batch.column(0),
+                    &DataType::Timestamp(TimeUnit::Microsecond, None),
+                )?;
+                let micros = micros.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+                if let Some(first) = micros.iter().flatten().min() {
+                    until = Some(until.map_or(first, |u| u.min(first)));
+                }
+            }
+            (visible, until)
+        } else {
+            let n = scan
+                .count_rows()
+                .await
+                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
+            (n, None)
+        };
+        *self.visible_count.lock().unwrap_or_else(|p| p.into_inner()) = Some(VisibleCount {
+            version,
+            from: now,
+            until,
+            visible,
+        });
+        Ok(visible)
     }
 
     /// `request` to plan, and the visibility expression to join to its filter.
