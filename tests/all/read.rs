@@ -9,7 +9,8 @@ use arrow_array::{RecordBatch, RecordBatchIterator, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use lance::Dataset;
 use lance_context_store::{
-    BatchProblem, ErrorKind, PRIMARY_KEY_METADATA, ScanRequest, SortKey, Store, StoreConfig,
+    BatchProblem, ErrorKind, PRIMARY_KEY_METADATA, ScanRequest, ShardPolicy, SortKey, Store,
+    StoreConfig,
 };
 
 use crate::support::*;
@@ -380,4 +381,59 @@ async fn unknown_columns_in_a_query_are_named() {
     assert_eq!(store.count(Some("GRP = 'colour'")).await.unwrap(), 0);
     assert_eq!(store.count(Some("grp = 'g'")).await.unwrap(), 3);
     store.close().await.unwrap();
+}
+
+/// A reader handle keeps each shard's manifest between reads and checks only
+/// whether a newer one exists: it must still see every add, every merge and
+/// a new instance's shard as soon as they are acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lived_reader_sees_every_new_generation_merge_and_shard() {
+    let (_dir, uri) = temp_uri();
+    let writer = Store::create(config(&uri).with_shard_policy(ShardPolicy::PartitionedKeys))
+        .await
+        .unwrap();
+    writer.add(&batch(&rows("a", "x", 1))).await.unwrap();
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 1);
+    for round in 1..=6i64 {
+        let id = format!("r{round}");
+        writer
+            .add(&batch(&[Row::new(id.as_str(), "x", round)]))
+            .await
+            .unwrap();
+        // A rewrite of the first row: newest wins in the reader too.
+        writer
+            .add(&batch(&[Row::new("a-00000", "x", 100 + round)]))
+            .await
+            .unwrap();
+        let got = reader.get(&id).await.unwrap().expect("the new row");
+        assert_eq!(decode(&got), vec![Row::new(id.as_str(), "x", round)]);
+        let first = reader.get("a-00000").await.unwrap().unwrap();
+        assert_eq!(decode(&first)[0].n, 100 + round, "round {round}");
+        assert_eq!(reader.count(None).await.unwrap(), 1 + round as u64);
+        if round % 2 == 0 {
+            writer.merge().await.unwrap();
+            assert_eq!(reader.count(None).await.unwrap(), 1 + round as u64);
+            let first = reader.get("a-00000").await.unwrap().unwrap();
+            assert_eq!(decode(&first)[0].n, 100 + round, "after merge {round}");
+        }
+    }
+    // Another instance writes through a shard of its own.
+    let other = Store::open(
+        config(&uri)
+            .with_instance_id("other")
+            .with_shard_policy(ShardPolicy::PartitionedKeys),
+    )
+    .await
+    .unwrap();
+    other.add(&batch(&[Row::new("o1", "y", 7)])).await.unwrap();
+    let got = reader
+        .get("o1")
+        .await
+        .unwrap()
+        .expect("the other shard's row");
+    assert_eq!(decode(&got), vec![Row::new("o1", "y", 7)]);
+    assert_eq!(reader.count(None).await.unwrap(), 8);
+    other.close().await.unwrap();
+    writer.close().await.unwrap();
 }

@@ -28,7 +28,7 @@ use crate::error::{Error, LanceResultExt, Result};
 #[cfg(feature = "failpoints")]
 use crate::merge::MergeHook;
 use crate::merge::{MergeContext, MergeFailpoint, MergeState, MergeStats, merge_shard};
-use crate::read::{ReadView, shard_snapshots};
+use crate::read::{ManifestCache, ReadView, list_shards, shard_snapshots};
 use crate::writer::Writer;
 
 /// Settings the maintenance needs.
@@ -122,6 +122,8 @@ pub(crate) struct Engine {
     pub key: String,
     pub dataset: RwLock<Arc<Dataset>>,
     pub generations: Arc<SsTableCache>,
+    /// The shard manifests this handle read last (see [`ManifestCache`]).
+    pub manifests: ManifestCache,
     pub shard: Uuid,
     pub writer: Option<Writer>,
     pub settings: Settings,
@@ -179,12 +181,20 @@ impl Engine {
     pub async fn view(&self) -> Result<ReadView> {
         let mut attempts = 0;
         loop {
-            let dataset = self.fresh_dataset().await?;
             // A version (time travel) is the base table alone.
-            let shards = match self.opener.is_pinned() {
-                true => Vec::new(),
-                false => shard_snapshots(&dataset).await?,
-            };
+            if self.opener.is_pinned() {
+                return Ok(ReadView {
+                    dataset: self.fresh_dataset().await?,
+                    shards: Vec::new(),
+                    generations: self.generations.clone(),
+                });
+            }
+            // The shard listing does not depend on the base version: it runs
+            // beside the refresh. The manifests are read after it.
+            let current = self.dataset.read().await.clone();
+            let (dataset, shard_ids) =
+                futures::try_join!(self.fresh_dataset(), list_shards(&current))?;
+            let shards = shard_snapshots(&dataset, shard_ids, &self.manifests).await?;
             attempts += 1;
             if attempts < 4 && shards.iter().any(|s| s.gap) {
                 let latest = dataset
@@ -264,7 +274,8 @@ impl Engine {
     /// flushing its WAL tail), then merge it, so that nothing written through
     /// another shard is left unmerged when this one writes.
     pub async fn take_over_other_shards(&self, dataset: &Dataset) -> Result<()> {
-        for view in shard_snapshots(dataset).await? {
+        let shard_ids = list_shards(dataset).await?;
+        for view in shard_snapshots(dataset, shard_ids, &self.manifests).await? {
             let other = view.snapshot.shard_id;
             if other == self.shard {
                 continue;
@@ -345,7 +356,8 @@ impl Engine {
     /// Unmerged generations of this instance's shard.
     pub async fn own_pending_generations(&self) -> Result<usize> {
         let dataset = self.fresh_dataset().await?;
-        Ok(shard_snapshots(&dataset)
+        let shard_ids = list_shards(&dataset).await?;
+        Ok(shard_snapshots(&dataset, shard_ids, &self.manifests)
             .await?
             .iter()
             .find(|s| s.snapshot.shard_id == self.shard)
@@ -511,7 +523,8 @@ impl Engine {
             .iter()
             .filter(|f| f.physical_rows.unwrap_or(0) < target)
             .count();
-        let shards = shard_snapshots(&dataset).await?;
+        let shard_ids = list_shards(&dataset).await?;
+        let shards = shard_snapshots(&dataset, shard_ids, &self.manifests).await?;
         let versions = dataset.versions().await.ctx("listing versions")?.len();
         let store = dataset
             .object_store(None)

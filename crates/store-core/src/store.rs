@@ -202,6 +202,7 @@ impl Store {
             kick: tokio::sync::Notify::new(),
             last_background_error: std::sync::Mutex::new(None),
             last_retention: std::sync::Mutex::new(None),
+            manifests: Default::default(),
         });
         let background = match writable {
             true => {

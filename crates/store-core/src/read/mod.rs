@@ -27,16 +27,20 @@ use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch, StringArray};
 use datafusion::common::Column;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, lit};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 use lance::dataset::mem_wal::scanner::SsTableCache;
+use lance::dataset::mem_wal::util::{manifest_filename, shard_manifest_path};
 use lance::dataset::mem_wal::{
     DatasetMemWalExt, LsmScanner, ShardManifestStore, ShardSnapshot, TOMBSTONE,
 };
 use lance::deps::datafusion;
+use lance::io::ObjectStore;
+use lance_table::system_index::mem_wal::ShardManifest;
 use uuid::Uuid;
 
 use crate::conform::Schemas;
@@ -60,8 +64,87 @@ pub(crate) struct ShardView {
     pub gap: bool,
 }
 
-/// The snapshots of every shard, with merged generations left out.
-pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>> {
+/// The latest manifest of each shard this handle has read.
+///
+/// A shard's manifest versions have no gaps (each is written as the successor
+/// of one its writer read, with put-if-not-exists), so a cached manifest is
+/// still the latest exactly when its next version does not exist: a read view
+/// checks that with one HEAD request per shard, instead of reading the version
+/// hint, probing from it and reading the manifest (five requests, four of them
+/// one after the other). Only when the shard has moved is the manifest looked
+/// up and read again.
+#[derive(Debug, Default)]
+pub(crate) struct ManifestCache(std::sync::Mutex<HashMap<Uuid, Arc<ShardManifest>>>);
+
+impl ManifestCache {
+    fn get(&self, shard: &Uuid) -> Option<Arc<ShardManifest>> {
+        self.0
+            .lock()
+            .expect("manifest cache lock")
+            .get(shard)
+            .cloned()
+    }
+
+    fn put(&self, manifest: Arc<ShardManifest>) {
+        let mut cache = self.0.lock().expect("manifest cache lock");
+        cache.insert(manifest.shard_id, manifest);
+    }
+
+    /// Forget shards no longer listed (their directories were removed).
+    fn retain(&self, listed: &[Uuid]) {
+        let mut cache = self.0.lock().expect("manifest cache lock");
+        cache.retain(|shard, _| listed.contains(shard));
+    }
+}
+
+/// The shards present under `_mem_wal` (a listing; it does not depend on
+/// the base table's version, so it may run beside the base table's refresh).
+pub(crate) async fn list_shards(dataset: &Dataset) -> Result<Vec<Uuid>> {
+    dataset
+        .list_mem_wal_latest_shard_ids()
+        .await
+        .ctx("listing MemWAL shards")
+}
+
+/// The latest manifest of `shard`: the cached one when its successor does not
+/// exist, else read from storage (and cached).
+async fn latest_manifest(
+    store: &Arc<ObjectStore>,
+    base_path: &object_store::path::Path,
+    shard: Uuid,
+    cache: &ManifestCache,
+) -> Result<Option<Arc<ShardManifest>>> {
+    if let Some(cached) = cache.get(&shard) {
+        let next = shard_manifest_path(base_path, &shard)
+            .join(manifest_filename(cached.version + 1).as_str());
+        if !store
+            .exists(&next)
+            .await
+            .ctx("checking for a newer shard manifest")?
+        {
+            return Ok(Some(cached));
+        }
+    }
+    let manifest = ShardManifestStore::new(store.clone(), base_path, shard, 2)
+        .latest()
+        .await
+        .ctx("reading a shard manifest")?
+        .map(Arc::new);
+    if let Some(manifest) = &manifest {
+        cache.put(manifest.clone());
+    }
+    Ok(manifest)
+}
+
+/// The snapshots of every shard in `shard_ids` (a listing taken no later
+/// than `dataset` was read), with merged generations left out. The manifests
+/// are read after `dataset`: see the module docs.
+pub(crate) async fn shard_snapshots(
+    dataset: &Dataset,
+    shard_ids: Vec<Uuid>,
+    cache: &ManifestCache,
+) -> Result<Vec<ShardView>> {
+    cache.retain(&shard_ids);
     let Some(details) = dataset
         .mem_wal_index_details()
         .await
@@ -75,10 +158,6 @@ pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>>
         .iter()
         .map(|c| (c.shard_id, c.generation))
         .collect();
-    let shard_ids = dataset
-        .list_mem_wal_latest_shard_ids()
-        .await
-        .ctx("listing MemWAL shards")?;
     if shard_ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -92,11 +171,7 @@ pub(crate) async fn shard_snapshots(dataset: &Dataset) -> Result<Vec<ShardView>>
         let base_path = base_path.clone();
         let merged_up_to = compacted.get(&shard_id).copied().unwrap_or(0);
         async move {
-            let manifest = ShardManifestStore::new(store, &base_path, shard_id, 2)
-                .latest()
-                .await
-                .ctx("reading a shard manifest")?;
-            let Some(manifest) = manifest else {
+            let Some(manifest) = latest_manifest(&store, &base_path, shard_id, cache).await? else {
                 return Ok::<_, Error>(None);
             };
             let mut snapshot = ShardSnapshot::new(shard_id)
@@ -269,15 +344,23 @@ impl ReadView {
     }
 }
 
+/// The context plans execute in: DataFusion's defaults (as a new
+/// `SessionContext` has them), built once — building a session registers
+/// every built-in function, which cost a fair part of a point lookup.
+fn task_context() -> Arc<TaskContext> {
+    static CONTEXT: std::sync::LazyLock<Arc<TaskContext>> =
+        std::sync::LazyLock::new(|| SessionContext::new().task_ctx());
+    CONTEXT.clone()
+}
+
 /// Execute a plan, conforming every batch to the logical schema.
 pub(crate) fn execute(
     plan: Arc<dyn ExecutionPlan>,
     schemas: Schemas,
     projection: Option<Vec<String>>,
 ) -> Result<BatchStream> {
-    let ctx = SessionContext::new();
     let stream = plan
-        .execute(0, ctx.task_ctx())
+        .execute(0, task_context())
         .map_err(|e| Error::internal(format!("executing the scan: {e}")))?;
     Ok(stream
         .map_err(|e| Error::internal(format!("reading the scan: {e}")))
