@@ -44,21 +44,21 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+fn caps_config(uri: &str) -> StoreConfig {
+    StoreConfig::new(uri)
+        .with_schema(schema())
+        .with_manual_maintenance()
+        .with_capabilities(RecordCapabilities {
+            tombstones: true,
+            supersession: true,
+            lifecycle: true,
+            unique_keys: true,
+            secondary_key: Some("external_id".into()),
+        })
+}
+
 async fn store(uri: &str) -> Store {
-    Store::create(
-        StoreConfig::new(uri)
-            .with_schema(schema())
-            .with_manual_maintenance()
-            .with_capabilities(RecordCapabilities {
-                tombstones: true,
-                supersession: true,
-                lifecycle: true,
-                unique_keys: true,
-                secondary_key: Some("external_id".into()),
-            }),
-    )
-    .await
-    .unwrap()
+    Store::create(caps_config(uri)).await.unwrap()
 }
 
 /// A record: (id, external_id, text) and optional overrides by column.
@@ -983,4 +983,80 @@ async fn count_agrees_with_the_scan_as_records_change_and_expire() {
     assert_eq!(store.count(None).await.unwrap(), shown(&store).await);
     // A filter takes the scan path; it agrees too.
     assert_eq!(store.count(Some("run_id = 'run'")).await.unwrap(), 4);
+}
+
+/// The base table's visible count is shared through the store: the next
+/// handle (every CLI command is a new process) reads it instead of counting
+/// again — for the same version, commit and rule only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    let past = (clock - 1_000_000).to_string();
+    store
+        .add(&records(
+            &[
+                ("a1", Some("ea1"), ""),
+                ("a2", Some("ea2"), ""),
+                ("a3", Some("ea3"), ""),
+                ("gone", Some("gn"), ""),
+            ],
+            &[("expires_at", vec![None, None, None, Some(past.as_str())])],
+        ))
+        .await
+        .unwrap();
+    store.merge().await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 3);
+
+    let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
+    let written = std::fs::read_to_string(&path).expect("the count is shared");
+    // v1 <version> <committed> <from> <until> <visible> <rule>
+    let fields: Vec<&str> = written.trim_end().splitn(7, ' ').collect();
+    assert_eq!(fields[5], "3", "{written}");
+    let with = |changes: &[(usize, &str)]| {
+        let mut f = fields.clone();
+        for (index, value) in changes {
+            f[*index] = value;
+        }
+        format!("{}\n", f.join(" "))
+    };
+    let count_on_a_new_handle = async || {
+        let handle = Store::open_read_only(caps_config(&uri)).await.unwrap();
+        handle.count(None).await.unwrap()
+    };
+
+    // A doctored number shows that a new handle takes the shared count...
+    std::fs::write(&path, with(&[(5, "1003")])).unwrap();
+    assert_eq!(count_on_a_new_handle().await, 1003);
+    // ...but not for another commit under the same version number (a
+    // dataset recreated in place), another rule, or a torn line.
+    std::fs::write(&path, with(&[(5, "1003"), (2, "12345")])).unwrap();
+    assert_eq!(count_on_a_new_handle().await, 3);
+    std::fs::write(&path, with(&[(5, "1003"), (6, "superseded_by_id IS NULL")])).unwrap();
+    assert_eq!(count_on_a_new_handle().await, 3);
+    std::fs::write(&path, &with(&[(5, "1003")])[..written.len() - 3]).unwrap();
+    assert_eq!(count_on_a_new_handle().await, 3);
+    // A count that expired (a row's expiry passed since) is taken again.
+    let expired = (clock - 10).to_string();
+    std::fs::write(&path, with(&[(5, "1003"), (4, &expired)])).unwrap();
+    assert_eq!(count_on_a_new_handle().await, 3);
+
+    // The base moves on: the next count is of the new version, and shared.
+    std::fs::write(&path, with(&[(5, "1003")])).unwrap();
+    store.delete(&["a1"]).await.unwrap();
+    store.merge().await.unwrap();
+    assert_eq!(count_on_a_new_handle().await, 2);
+    let rewritten = std::fs::read_to_string(&path).unwrap();
+    let version: u64 = rewritten.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(version > fields[1].parse::<u64>().unwrap(), "{rewritten}");
+    // A handle pinned to the older version does not replace the newer count.
+    let old = Store::open_read_only(caps_config(&uri).with_as_of(fields[1].parse().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(old.count(None).await.unwrap(), 3);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), rewritten);
 }

@@ -54,6 +54,14 @@ pub struct Store {
     pub(crate) record_lock: tokio::sync::Mutex<()>,
     /// The base table's visible rows, for `count` (record capabilities).
     pub(crate) visible_count: std::sync::Mutex<Option<records::VisibleCount>>,
+    /// Parsed visibility rules by shape (see `Store::visibility_expr`).
+    #[allow(clippy::type_complexity)]
+    pub(crate) visibility_rules: std::sync::Mutex<
+        std::collections::HashMap<
+            (bool, bool, bool),
+            Option<lance::deps::datafusion::logical_expr::Expr>,
+        >,
+    >,
     shard_policy: ShardPolicy,
     /// Awaited by the next read between taking its view and reading
     /// (failpoints: a reader slower than cleanup).
@@ -222,6 +230,7 @@ impl Store {
             capabilities: config.capabilities,
             record_lock: tokio::sync::Mutex::new(()),
             visible_count: std::sync::Mutex::new(None),
+            visibility_rules: Default::default(),
             shard_policy: config.shard_policy,
             #[cfg(feature = "failpoints")]
             read_pause: std::sync::Mutex::new(None),

@@ -151,10 +151,53 @@ fn now_micros() -> i64 {
 }
 
 fn timestamp_literal(micros: i64) -> String {
+    format!("TIMESTAMP '{}'", timestamp_text(micros))
+}
+
+/// `micros` as the text of a timestamp literal.
+fn timestamp_text(micros: i64) -> String {
     match arrow_array::temporal_conversions::timestamp_us_to_datetime(micros) {
-        Some(t) => format!("TIMESTAMP '{}'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
-        None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+        None => "1970-01-01 00:00:00".to_string(),
     }
+}
+
+/// The clock in a cached visibility rule (2000-01-01 00:00:00.123457 UTC),
+/// replaced by [`with_clock`]; its sub-millisecond digits make it unlikely
+/// to be mistaken for any other literal.
+const NOW_STAND_IN: i64 = 946_684_800_123_457;
+
+/// `rule` with [`NOW_STAND_IN`]'s literal replaced by `now` (the parser keeps
+/// a timestamp literal as its text cast to the column's type; a typed literal
+/// keeps its unit), or `None` when no such literal was found.
+fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
+    use lance::deps::datafusion::common::ScalarValue;
+    use lance::deps::datafusion::common::tree_node::{Transformed, TreeNode};
+    let stand_in = timestamp_text(NOW_STAND_IN);
+    let mut replaced = false;
+    let rule = rule
+        .transform(|e| {
+            let Expr::Literal(value, meta) = &e else {
+                return Ok(Transformed::no(e));
+            };
+            let value = match value {
+                ScalarValue::Utf8(Some(text)) if *text == stand_in => {
+                    ScalarValue::Utf8(Some(timestamp_text(now)))
+                }
+                ScalarValue::TimestampMicrosecond(Some(t), tz) if *t == NOW_STAND_IN => {
+                    ScalarValue::TimestampMicrosecond(Some(now), tz.clone())
+                }
+                ScalarValue::TimestampNanosecond(Some(t), tz) if *t == NOW_STAND_IN * 1000 => {
+                    ScalarValue::TimestampNanosecond(Some(now.saturating_mul(1000)), tz.clone())
+                }
+                _ => return Ok(Transformed::no(e)),
+            };
+            replaced = true;
+            Ok(Transformed::yes(Expr::Literal(value, meta.clone())))
+        })
+        .ok()?
+        .data;
+    replaced.then_some(rule)
 }
 
 /// `rows` of a Utf8 column, null for absent columns or null values.
@@ -194,7 +237,7 @@ fn undeleted() -> Visibility {
 /// from `from` until the first visible row expires (`until`, exclusive; `None`
 /// when none will). Rows hidden by expiry never show again, and nothing else
 /// in the visibility rule depends on the clock.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct VisibleCount {
     version: u64,
     from: i64,
@@ -208,10 +251,142 @@ impl VisibleCount {
     }
 }
 
+/// The last [`VisibleCount`] any handle of the store computed, kept in
+/// `_lance_context/visible_count` so that the next process (every CLI command
+/// is one) need not count the base table again: one small read instead of a
+/// scan of the visibility columns of every row.
+///
+/// It stands for one base version, recognised by its number *and* its commit
+/// time (a dataset recreated at the same place starts its numbering again),
+/// and for one visibility rule (its text, with the clock at zero). A handle
+/// that cannot write there (read-only credentials) still counts correctly; it
+/// only does not share its count.
+#[derive(Debug, Clone, PartialEq)]
+struct SharedCount {
+    count: VisibleCount,
+    committed: i64,
+    rule: String,
+}
+
+impl SharedCount {
+    /// Format tag: a change of the line's meaning changes it.
+    const TAG: &'static str = "v1";
+
+    fn path(dataset: &lance::Dataset) -> object_store::path::Path {
+        dataset
+            .branch_location()
+            .path
+            .join("_lance_context")
+            .join("visible_count")
+    }
+
+    fn encode(&self) -> String {
+        let c = &self.count;
+        let until = c.until.map_or("-".to_string(), |u| u.to_string());
+        format!(
+            "{} {} {} {} {} {} {}\n",
+            Self::TAG,
+            c.version,
+            self.committed,
+            c.from,
+            until,
+            c.visible,
+            self.rule
+        )
+    }
+
+    /// `None` for anything that does not parse (a torn or foreign write):
+    /// the count is then taken again.
+    fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.strip_suffix('\n')?.splitn(7, ' ');
+        if parts.next()? != Self::TAG {
+            return None;
+        }
+        let version = parts.next()?.parse().ok()?;
+        let committed = parts.next()?.parse().ok()?;
+        let from = parts.next()?.parse().ok()?;
+        let until = match parts.next()? {
+            "-" => None,
+            u => Some(u.parse().ok()?),
+        };
+        let visible = parts.next()?.parse().ok()?;
+        let rule = parts.next()?.to_string();
+        Some(Self {
+            count: VisibleCount {
+                version,
+                from,
+                until,
+                visible,
+            },
+            committed,
+            rule,
+        })
+    }
+
+    async fn read(store: &lance::io::ObjectStore, dataset: &lance::Dataset) -> Option<Self> {
+        match store.read_one_all(&Self::path(dataset)).await {
+            Ok(bytes) => Self::decode(&String::from_utf8_lossy(&bytes)),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => {
+                tracing::debug!("reading the shared visible count: {e}");
+                None
+            }
+        }
+    }
+
+    async fn write(&self, store: &lance::io::ObjectStore, dataset: &lance::Dataset) {
+        if let Err(e) = store
+            .put(&Self::path(dataset), self.encode().as_bytes())
+            .await
+        {
+            tracing::debug!("sharing the visible count: {e}");
+        }
+    }
+}
+
 impl Store {
     /// The expression that hides what `visibility` does not show, or `None`.
-    /// Built from the engine's own constants and typed literals only.
+    ///
+    /// The rule is parsed once per shape (which kinds of rows are shown),
+    /// with a stand-in for the clock, and the clock's literal is replaced on
+    /// each call: parsing it every time cost about half a millisecond of
+    /// every count and scan.
     pub(crate) fn visibility_expr(&self, v: &Visibility) -> Result<Option<Expr>> {
+        let shape = (v.include_tombstones, v.include_expired, v.include_retired);
+        let cached = self
+            .visibility_rules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shape)
+            .cloned();
+        let rule = match cached {
+            Some(rule) => rule,
+            None => {
+                let rule = self.parse_visibility(v, NOW_STAND_IN)?;
+                self.visibility_rules
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(shape, rule.clone());
+                rule
+            }
+        };
+        let Some(rule) = rule else {
+            return Ok(None);
+        };
+        if !self.capabilities.lifecycle || v.include_expired {
+            return Ok(Some(rule));
+        }
+        let now = v.now_micros.unwrap_or_else(now_micros);
+        match with_clock(rule, now) {
+            Some(rule) => Ok(Some(rule)),
+            // The literal took a form not recognised: parse it as it is.
+            None => self.parse_visibility(v, now),
+        }
+    }
+
+    /// The rule for `v` with `now` as the clock, parsed from text built from
+    /// the engine's own constants and typed literals only.
+    fn parse_visibility(&self, v: &Visibility, now: i64) -> Result<Option<Expr>> {
         let caps = &self.capabilities;
         let schema = &self.schemas.logical;
         let mut parts = Vec::new();
@@ -222,7 +397,6 @@ impl Store {
             ));
         }
         if caps.lifecycle && !v.include_expired {
-            let now = v.now_micros.unwrap_or_else(now_micros);
             parts.push(format!(
                 "({EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {})",
                 timestamp_literal(now)
@@ -285,6 +459,33 @@ impl Store {
         {
             return Ok(c.visible);
         }
+        let committed = view
+            .dataset
+            .version()
+            .timestamp
+            .timestamp_nanos_opt()
+            .unwrap_or_default();
+        let rule = self
+            .visibility_expr(&Visibility {
+                now_micros: Some(0),
+                ..Visibility::default()
+            })?
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let store = view
+            .dataset
+            .object_store(None)
+            .await
+            .map_err(|e| Error::from_lance("opening the object store", None, e))?;
+        let shared = SharedCount::read(&store, &view.dataset).await;
+        if let Some(s) = &shared
+            && s.committed == committed
+            && s.rule == rule
+            && s.count.holds(version, now)
+        {
+            *self.visible_count.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.count);
+            return Ok(s.count.visible);
+        }
         let mut scan = view.dataset.scan();
         scan.filter_expr(hide.clone());
         let (visible, until) = if self.capabilities.lifecycle {
@@ -317,12 +518,23 @@ impl Store {
                 .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
             (n, None)
         };
-        *self.visible_count.lock().unwrap_or_else(|p| p.into_inner()) = Some(VisibleCount {
+        let count = VisibleCount {
             version,
             from: now,
             until,
             visible,
-        });
+        };
+        *self.visible_count.lock().unwrap_or_else(|p| p.into_inner()) = Some(count);
+        // Shared unless it would replace a newer version's count.
+        if shared.is_none_or(|s| s.count.version <= version) {
+            SharedCount {
+                count,
+                committed,
+                rule,
+            }
+            .write(&store, &view.dataset)
+            .await;
+        }
         Ok(visible)
     }
 
@@ -990,5 +1202,66 @@ impl Linked {
         }
         flush(&mut current)?;
         Ok(chunks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cached_rule_takes_the_clock_in_the_unit_of_the_column() {
+        for tz in [None, Some("UTC".into())] {
+            for unit in [TimeUnit::Microsecond, TimeUnit::Nanosecond] {
+                let schema = Schema::new(vec![arrow_schema::Field::new(
+                    EXPIRES_AT,
+                    DataType::Timestamp(unit, tz.clone()),
+                    true,
+                )]);
+                let text = |now| {
+                    format!(
+                        "{EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {}",
+                        timestamp_literal(now)
+                    )
+                };
+                let rule = parse_filter_expr(&schema, &text(NOW_STAND_IN)).unwrap();
+                let now = 1_790_000_000_654_321;
+                let clocked = with_clock(rule, now).expect("the stand-in is found");
+                let parsed = parse_filter_expr(&schema, &text(now)).unwrap();
+                assert_eq!(clocked, parsed, "{unit:?} {tz:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_count_reads_back_as_written_and_refuses_anything_else() {
+        let shared = SharedCount {
+            count: VisibleCount {
+                version: 42,
+                from: 1_700_000_000_000_000,
+                until: Some(1_800_000_000_000_000),
+                visible: 999_983,
+            },
+            committed: 1_700_000_000_123_456_789,
+            rule: "content_type IS NULL OR content_type <> Utf8(\"tombstone\")".to_string(),
+        };
+        assert_eq!(SharedCount::decode(&shared.encode()), Some(shared.clone()));
+        let forever = SharedCount {
+            count: VisibleCount {
+                until: None,
+                ..shared.count
+            },
+            ..shared.clone()
+        };
+        assert_eq!(SharedCount::decode(&forever.encode()), Some(forever));
+        // Torn, foreign or future-format lines are not trusted.
+        let text = shared.encode();
+        assert_eq!(SharedCount::decode(&text[..text.len() / 2]), None);
+        assert_eq!(SharedCount::decode(""), None);
+        assert_eq!(SharedCount::decode(&text.replacen("v1", "v2", 1)), None);
+        assert_eq!(
+            SharedCount::decode(&text.replacen("999983", "many", 1)),
+            None
+        );
     }
 }
