@@ -44,6 +44,14 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+/// The clock, in microseconds since the epoch.
+fn clock_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
 fn caps_config(uri: &str) -> StoreConfig {
     StoreConfig::new(uri)
         .with_schema(schema())
@@ -873,10 +881,7 @@ async fn a_delete_racing_a_supersession_is_never_undone() {
 async fn count_agrees_with_the_scan_as_records_change_and_expire() {
     let (_dir, uri) = temp_uri();
     let store = store(&uri).await;
-    let clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64;
+    let clock = clock_micros();
     let past = (clock - 1_000_000).to_string();
     // Under load the steps before the wait can outlast `soon`: until then
     // a count may be one lower, and must still agree with the scan.
@@ -969,12 +974,7 @@ async fn count_agrees_with_the_scan_as_records_change_and_expire() {
     assert_eq!(store.count(None).await.unwrap(), shown(&store).await);
 
     // The clock passes `soon`'s expiry: the remembered base count no longer holds.
-    let left = (soon_at + 200_000).saturating_sub(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros() as i64,
-    );
+    let left = (soon_at + 200_000).saturating_sub(clock_micros());
     tokio::time::sleep(std::time::Duration::from_micros(left.max(0) as u64)).await;
     assert_eq!(store.count(None).await.unwrap(), 4);
     assert_eq!(store.count(None).await.unwrap(), shown(&store).await);
@@ -992,10 +992,7 @@ async fn count_agrees_with_the_scan_as_records_change_and_expire() {
 async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
     let (_dir, uri) = temp_uri();
     let store = store(&uri).await;
-    let clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64;
+    let clock = clock_micros();
     let past = (clock - 1_000_000).to_string();
     store
         .add(&records(
