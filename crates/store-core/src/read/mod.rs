@@ -68,32 +68,75 @@ pub(crate) struct ShardView {
 ///
 /// A shard's manifest versions have no gaps (each is written as the successor
 /// of one its writer read, with put-if-not-exists), so a cached manifest is
-/// still the latest exactly when its next version does not exist: a read view
-/// checks that with one HEAD request per shard, instead of reading the version
-/// hint, probing from it and reading the manifest (five requests, four of them
-/// one after the other). Only when the shard has moved is the manifest looked
-/// up and read again.
-#[derive(Debug, Default)]
-pub(crate) struct ManifestCache(std::sync::Mutex<HashMap<Uuid, Arc<ShardManifest>>>);
+/// still the latest when its next version does not exist: a read view checks
+/// that with one HEAD request per shard, instead of reading the version hint,
+/// probing from it and reading the manifest (five requests, four of them one
+/// after the other). Only when the shard has moved is the manifest looked up
+/// and read again.
+///
+/// Pruning removes old manifest versions from the front of the sequence, so
+/// the absence of the next version proves nothing once that version could
+/// have been written and pruned: a manifest is trusted that way only within
+/// [`MANIFEST_TRUST`] of the last time storage confirmed it (pruning keeps
+/// every version younger than a day), as Lance's own manifest store does.
+#[derive(Debug)]
+pub(crate) struct ManifestCache {
+    entries: std::sync::Mutex<HashMap<Uuid, Confirmed>>,
+    trust: std::time::Duration,
+}
+
+/// How long a cached shard manifest may be confirmed by the absence of its
+/// successor: far below the day for which manifest versions are kept.
+pub(crate) const MANIFEST_TRUST: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[derive(Debug, Clone)]
+struct Confirmed {
+    manifest: Arc<ShardManifest>,
+    /// Taken before the request that confirmed it, so its age is never
+    /// understated.
+    at: std::time::Instant,
+}
+
+impl Default for ManifestCache {
+    fn default() -> Self {
+        Self::with_trust(MANIFEST_TRUST)
+    }
+}
 
 impl ManifestCache {
-    fn get(&self, shard: &Uuid) -> Option<Arc<ShardManifest>> {
-        self.0
-            .lock()
-            .expect("manifest cache lock")
-            .get(shard)
-            .cloned()
+    pub(crate) fn with_trust(trust: std::time::Duration) -> Self {
+        Self {
+            entries: Default::default(),
+            trust,
+        }
     }
 
-    fn put(&self, manifest: Arc<ShardManifest>) {
-        let mut cache = self.0.lock().expect("manifest cache lock");
-        cache.insert(manifest.shard_id, manifest);
+    /// The cached manifest of `shard`, if storage confirmed it recently enough.
+    fn trusted(&self, shard: &Uuid) -> Option<Arc<ShardManifest>> {
+        let entries = self.entries.lock().expect("manifest cache lock");
+        entries
+            .get(shard)
+            .filter(|c| c.at.elapsed() <= self.trust)
+            .map(|c| c.manifest.clone())
+    }
+
+    /// Record that `manifest` was the latest at `at`. Never goes back to an
+    /// older version (two views can finish out of order).
+    fn confirm(&self, manifest: Arc<ShardManifest>, at: std::time::Instant) {
+        let mut entries = self.entries.lock().expect("manifest cache lock");
+        let newer = entries.get(&manifest.shard_id).is_none_or(|c| {
+            manifest.version > c.manifest.version
+                || (manifest.version == c.manifest.version && at > c.at)
+        });
+        if newer {
+            entries.insert(manifest.shard_id, Confirmed { manifest, at });
+        }
     }
 
     /// Forget shards no longer listed (their directories were removed).
     fn retain(&self, listed: &[Uuid]) {
-        let mut cache = self.0.lock().expect("manifest cache lock");
-        cache.retain(|shard, _| listed.contains(shard));
+        let mut entries = self.entries.lock().expect("manifest cache lock");
+        entries.retain(|shard, _| listed.contains(shard));
     }
 }
 
@@ -106,39 +149,43 @@ pub(crate) async fn list_shards(dataset: &Dataset) -> Result<Vec<Uuid>> {
         .ctx("listing MemWAL shards")
 }
 
-/// The latest manifest of `shard`: the cached one when its successor does not
-/// exist, else read from storage (and cached).
+/// The latest manifest of `shard`: the cached one when it is trusted and its
+/// successor does not exist, else read from storage (and cached).
 async fn latest_manifest(
     store: &Arc<ObjectStore>,
     base_path: &object_store::path::Path,
     shard: Uuid,
     cache: &ManifestCache,
 ) -> Result<Option<Arc<ShardManifest>>> {
-    if let Some(cached) = cache.get(&shard) {
+    if let Some(cached) = cache.trusted(&shard) {
         let next = shard_manifest_path(base_path, &shard)
             .join(manifest_filename(cached.version + 1).as_str());
+        let at = std::time::Instant::now();
         if !store
             .exists(&next)
             .await
             .ctx("checking for a newer shard manifest")?
         {
+            cache.confirm(cached.clone(), at);
             return Ok(Some(cached));
         }
     }
+    let at = std::time::Instant::now();
     let manifest = ShardManifestStore::new(store.clone(), base_path, shard, 2)
         .latest()
         .await
         .ctx("reading a shard manifest")?
         .map(Arc::new);
     if let Some(manifest) = &manifest {
-        cache.put(manifest.clone());
+        cache.confirm(manifest.clone(), at);
     }
     Ok(manifest)
 }
 
-/// The snapshots of every shard in `shard_ids` (a listing taken no later
-/// than `dataset` was read), with merged generations left out. The manifests
-/// are read after `dataset`: see the module docs.
+/// The snapshots of every shard in `shard_ids`, with merged generations left
+/// out. The listing may run beside the read of `dataset` (a shard it misses
+/// was created after the read began, so it holds only writes acknowledged
+/// after that); the manifests are read after `dataset`: see the module docs.
 pub(crate) async fn shard_snapshots(
     dataset: &Dataset,
     shard_ids: Vec<Uuid>,
@@ -413,5 +460,47 @@ pub(crate) fn lookup_shaped(filter: Expr, key: &str) -> Expr {
         filter.and(lit(true))
     } else {
         filter
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(shard: Uuid, version: u64) -> Arc<ShardManifest> {
+        Arc::new(ShardManifest {
+            shard_id: shard,
+            version,
+            shard_spec_id: 0,
+            shard_field_values: HashMap::new(),
+            writer_epoch: 1,
+            replay_after_wal_entry_position: 0,
+            wal_entry_position_last_seen: 0,
+            current_generation: version,
+            sstables: Vec::new(),
+            status: Default::default(),
+        })
+    }
+
+    #[test]
+    fn a_cached_manifest_is_trusted_only_while_recently_confirmed_and_never_goes_back() {
+        let shard = Uuid::new_v4();
+        let cache = ManifestCache::with_trust(std::time::Duration::from_millis(200));
+        assert!(cache.trusted(&shard).is_none());
+        let at = std::time::Instant::now();
+        cache.confirm(manifest(shard, 3), at);
+        assert_eq!(cache.trusted(&shard).map(|m| m.version), Some(3));
+        // A view that read an older version finishing later does not win.
+        cache.confirm(manifest(shard, 2), std::time::Instant::now());
+        assert_eq!(cache.trusted(&shard).map(|m| m.version), Some(3));
+        // Past the trust period the successor's absence proves nothing
+        // (it may have been written and pruned): not trusted any more...
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        assert!(cache.trusted(&shard).is_none());
+        // ...until storage confirms it again.
+        cache.confirm(manifest(shard, 3), std::time::Instant::now());
+        assert_eq!(cache.trusted(&shard).map(|m| m.version), Some(3));
+        cache.retain(&[]);
+        assert!(cache.trusted(&shard).is_none());
     }
 }
