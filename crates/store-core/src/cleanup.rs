@@ -64,10 +64,7 @@ struct Ledger {
 
 impl Ledger {
     fn path(dataset: &Dataset, shard: Uuid) -> object_store::path::Path {
-        dataset
-            .branch_location()
-            .path
-            .join("_lance_context")
+        crate::dataset::engine_dir(dataset)
             .join("merged")
             .join(shard.to_string())
     }

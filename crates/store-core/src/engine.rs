@@ -179,16 +179,16 @@ impl Engine {
     /// the base's marker says so; the view is then taken again if the base
     /// has moved meanwhile.
     pub async fn view(&self) -> Result<ReadView> {
+        // A version (time travel) is the base table alone.
+        if self.opener.is_pinned() {
+            return Ok(ReadView {
+                dataset: self.fresh_dataset().await?,
+                shards: Vec::new(),
+                generations: self.generations.clone(),
+            });
+        }
         let mut attempts = 0;
         loop {
-            // A version (time travel) is the base table alone.
-            if self.opener.is_pinned() {
-                return Ok(ReadView {
-                    dataset: self.fresh_dataset().await?,
-                    shards: Vec::new(),
-                    generations: self.generations.clone(),
-                });
-            }
             // The shard listing does not depend on the base version: it runs
             // beside the refresh. The manifests are read after it.
             let current = self.dataset.read().await.clone();
@@ -211,6 +211,13 @@ impl Engine {
                 generations: self.generations.clone(),
             });
         }
+    }
+
+    /// Every shard's unmerged generations as of `dataset` (listed, then their
+    /// manifests read).
+    async fn shards(&self, dataset: &Dataset) -> Result<Vec<crate::read::ShardView>> {
+        let shard_ids = list_shards(dataset).await?;
+        shard_snapshots(dataset, shard_ids, &self.manifests).await
     }
 
     /// A fresh dataset for the writer's persistence-failure retry.
@@ -274,8 +281,7 @@ impl Engine {
     /// flushing its WAL tail), then merge it, so that nothing written through
     /// another shard is left unmerged when this one writes.
     pub async fn take_over_other_shards(&self, dataset: &Dataset) -> Result<()> {
-        let shard_ids = list_shards(dataset).await?;
-        for view in shard_snapshots(dataset, shard_ids, &self.manifests).await? {
+        for view in self.shards(dataset).await? {
             let other = view.snapshot.shard_id;
             if other == self.shard {
                 continue;
@@ -356,8 +362,8 @@ impl Engine {
     /// Unmerged generations of this instance's shard.
     pub async fn own_pending_generations(&self) -> Result<usize> {
         let dataset = self.fresh_dataset().await?;
-        let shard_ids = list_shards(&dataset).await?;
-        Ok(shard_snapshots(&dataset, shard_ids, &self.manifests)
+        Ok(self
+            .shards(&dataset)
             .await?
             .iter()
             .find(|s| s.snapshot.shard_id == self.shard)
@@ -523,8 +529,7 @@ impl Engine {
             .iter()
             .filter(|f| f.physical_rows.unwrap_or(0) < target)
             .count();
-        let shard_ids = list_shards(&dataset).await?;
-        let shards = shard_snapshots(&dataset, shard_ids, &self.manifests).await?;
+        let shards = self.shards(&dataset).await?;
         let versions = dataset.versions().await.ctx("listing versions")?.len();
         let store = dataset
             .object_store(None)

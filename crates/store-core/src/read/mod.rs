@@ -87,7 +87,7 @@ pub(crate) struct ManifestCache {
 
 /// How long a cached shard manifest may be confirmed by the absence of its
 /// successor: far below the day for which manifest versions are kept.
-pub(crate) const MANIFEST_TRUST: std::time::Duration = std::time::Duration::from_secs(3600);
+const MANIFEST_TRUST: std::time::Duration = std::time::Duration::from_secs(3600);
 
 #[derive(Debug, Clone)]
 struct Confirmed {
@@ -104,7 +104,7 @@ impl Default for ManifestCache {
 }
 
 impl ManifestCache {
-    pub(crate) fn with_trust(trust: std::time::Duration) -> Self {
+    fn with_trust(trust: std::time::Duration) -> Self {
         Self {
             entries: Default::default(),
             trust,

@@ -168,8 +168,8 @@ fn timestamp_text(micros: i64) -> String {
 const NOW_STAND_IN: i64 = 946_684_800_123_457;
 
 /// `rule` with [`NOW_STAND_IN`]'s literal replaced by `now` (the parser keeps
-/// a timestamp literal as its text cast to the column's type; a typed literal
-/// keeps its unit), or `None` when no such literal was found.
+/// a timestamp literal as its text, cast to the column's type), or `None`
+/// when no such literal was found.
 fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
     use lance::deps::datafusion::common::ScalarValue;
     use lance::deps::datafusion::common::tree_node::{Transformed, TreeNode};
@@ -183,12 +183,6 @@ fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
             let value = match value {
                 ScalarValue::Utf8(Some(text)) if *text == stand_in => {
                     ScalarValue::Utf8(Some(timestamp_text(now)))
-                }
-                ScalarValue::TimestampMicrosecond(Some(t), tz) if *t == NOW_STAND_IN => {
-                    ScalarValue::TimestampMicrosecond(Some(now), tz.clone())
-                }
-                ScalarValue::TimestampNanosecond(Some(t), tz) if *t == NOW_STAND_IN * 1000 => {
-                    ScalarValue::TimestampNanosecond(Some(now.saturating_mul(1000)), tz.clone())
                 }
                 _ => return Ok(Transformed::no(e)),
             };
@@ -273,11 +267,7 @@ impl SharedCount {
     const TAG: &'static str = "v1";
 
     fn path(dataset: &lance::Dataset) -> object_store::path::Path {
-        dataset
-            .branch_location()
-            .path
-            .join("_lance_context")
-            .join("visible_count")
+        crate::dataset::engine_dir(dataset).join("visible_count")
     }
 
     fn encode(&self) -> String {
