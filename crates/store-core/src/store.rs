@@ -604,6 +604,31 @@ impl Store {
         Ok(concat_batches(&schema, &batches)?)
     }
 
+    /// [`Self::scan`] with `filter` given as an expression (built by the
+    /// engine, never parsed from text) instead of the request's filter.
+    pub(crate) async fn scan_matching(
+        &self,
+        request: ScanRequest,
+        filter: lance::deps::datafusion::logical_expr::Expr,
+    ) -> Result<RecordBatch> {
+        debug_assert!(request.filter.is_none());
+        let schema = self.output_schema(request.projection.as_deref())?;
+        let (request, hide) = self.with_visibility(request)?;
+        let filter = match hide {
+            Some(hide) => filter.and(hide),
+            None => filter,
+        };
+        let (request, filter) = (&request, &filter);
+        let batches = self
+            .on_view(|view| async move {
+                let (plan, projection) =
+                    plan_scan(&view, &self.schemas, request, Some(filter)).await?;
+                collect(execute(plan, self.schemas.clone(), projection)?).await
+            })
+            .await?;
+        Ok(concat_batches(&schema, &batches)?)
+    }
+
     /// Run a read on a fresh view. A read slower than `merge.cleanup_grace`
     /// may find a generation it listed merged and removed meanwhile (the
     /// file is gone); when the base table has moved on since

@@ -138,9 +138,19 @@ fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
-fn in_list(column: &str, values: &[&str]) -> String {
-    let list: Vec<String> = values.iter().map(|v| quote(v)).collect();
-    format!("{column} IN ({})", list.join(", "))
+/// `column IN (values)` built as an expression: a thousand keys written as
+/// SQL text and parsed back cost more than the lookup they drive.
+fn in_list(column: &str, values: &[&str]) -> Expr {
+    lance::deps::datafusion::logical_expr::col(lance::deps::datafusion::common::Column::from_name(
+        column,
+    ))
+    .in_list(
+        values
+            .iter()
+            .map(|v| lance::deps::datafusion::logical_expr::lit(*v))
+            .collect(),
+        false,
+    )
 }
 
 fn now_micros() -> i64 {
@@ -550,9 +560,7 @@ impl Store {
         visibility: Visibility,
         whole_rows: bool,
     ) -> Result<RecordBatch> {
-        let mut request = ScanRequest::new()
-            .filter(in_list(column, values))
-            .visibility(visibility);
+        let mut request = ScanRequest::new().visibility(visibility);
         if !whole_rows {
             let mut columns = vec![self.schemas.key.as_str()];
             if column != self.schemas.key {
@@ -564,7 +572,7 @@ impl Store {
             let schema = self.output_schema(request.projection.as_deref())?;
             return Ok(RecordBatch::new_empty(schema));
         }
-        self.scan(request).await
+        self.scan_matching(request, in_list(column, values)).await
     }
 
     /// Lookup by key hiding tombstones.
@@ -772,19 +780,19 @@ impl Store {
             first.insert(k, row);
         }
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        // The three reads are independent: ids unique, the records each key
-        // names now, and the keys held by any record at all. (The reported
-        // problem is the same as checking one after the other: ids first.)
-        let (checked, visible, held) = futures::join!(
+        // Two independent reads: the new ids are unique, and the records
+        // each key names now, whole: they are the versions this batch
+        // supersedes, rewritten with their back-link. (The reported problem
+        // is the same as checking one after the other: ids first.)
+        let (checked, visible) = futures::join!(
             self.check_new_records(&conformed, false),
-            self.rows_where(&column, &refs, Visibility::default(), false),
-            self.rows_where(&column, &refs, undeleted(), false,)
+            self.rows_where(&column, &refs, Visibility::default(), true),
         );
         checked?;
         if let Some(problem) = repeated {
             return Err(Error::batch(problem));
         }
-        let (visible, held) = (visible?, held?);
+        let visible = visible?;
         let mut current: HashMap<String, Vec<String>> = HashMap::new();
         for (k, id) in strings(&visible, &column)
             .into_iter()
@@ -794,6 +802,16 @@ impl Store {
                 current.entry(k).or_default().push(id);
             }
         }
+        // A key no visible record names may still be held by a hidden one
+        // (expired, retired, superseded): only those keys are looked up.
+        let unnamed: Vec<&str> = refs
+            .iter()
+            .copied()
+            .filter(|k| !current.contains_key(*k))
+            .collect();
+        let held = self
+            .rows_where(&column, &unnamed, undeleted(), false)
+            .await?;
         let held_keys: HashSet<String> = strings(&held, &column).into_iter().flatten().collect();
         let ids = strings(&conformed, &self.schemas.key);
         let mut outcomes = Vec::with_capacity(keys.len());
@@ -848,7 +866,7 @@ impl Store {
             columns[i] = new_null_array(schema.field(i).data_type(), conformed.num_rows());
         }
         let rows = RecordBatch::try_new(schema, columns)?;
-        let rows = self.with_backlinks(rows).await?;
+        let rows = self.with_backlinks_from(rows, Some(&visible)).await?;
         self.write_linked(rows).await?;
         Ok(outcomes)
     }
@@ -859,6 +877,17 @@ impl Store {
     /// must be current (see the module docs); the caller holds the record
     /// lock.
     pub(crate) async fn with_backlinks(&self, batch: RecordBatch) -> Result<Linked> {
+        self.with_backlinks_from(batch, None).await
+    }
+
+    /// [`Self::with_backlinks`], with `read`: whole rows (every logical
+    /// column) the caller read under the record lock. When they hold every
+    /// named record, the records are not looked up again.
+    async fn with_backlinks_from(
+        &self,
+        batch: RecordBatch,
+        read: Option<&RecordBatch>,
+    ) -> Result<Linked> {
         if !self.capabilities.supersession {
             return Ok(Linked::unlinked(batch));
         }
@@ -917,7 +946,17 @@ impl Store {
             return Ok(Linked { batch, links });
         }
         let ids: Vec<&str> = targets.iter().map(|(_, _, t)| t.as_str()).collect();
-        let found = self.lookup_any(&ids, None).await?;
+        let holds_all = read.is_some_and(|read| {
+            let held: HashSet<String> = strings(read, &self.schemas.key)
+                .into_iter()
+                .flatten()
+                .collect();
+            ids.iter().all(|id| held.contains(*id))
+        });
+        let found = match read {
+            Some(read) if holds_all => read.clone(),
+            _ => self.lookup_any(&ids, None).await?,
+        };
         let found_keys = strings(&found, &self.schemas.key);
         let content = strings(&found, CONTENT_TYPE);
         let successor = strings(&found, SUPERSEDED_BY);
