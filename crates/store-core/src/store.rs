@@ -586,7 +586,8 @@ impl Store {
     pub async fn scan_stream(&self, request: ScanRequest) -> Result<BatchStream> {
         let (request, hide) = self.with_visibility(request)?;
         let view = self.engine.view().await?;
-        let (plan, projection) = plan_scan(&view, &self.schemas, &request, hide.as_ref()).await?;
+        let (plan, projection) =
+            plan_scan(&view, &self.schemas, &request, None, hide.as_ref()).await?;
         execute(plan, self.schemas.clone(), projection)
     }
 
@@ -597,7 +598,8 @@ impl Store {
         let (request, hide) = (&request, hide.as_ref());
         let batches = self
             .on_view(|view| async move {
-                let (plan, projection) = plan_scan(&view, &self.schemas, request, hide).await?;
+                let (plan, projection) =
+                    plan_scan(&view, &self.schemas, request, None, hide).await?;
                 collect(execute(plan, self.schemas.clone(), projection)?).await
             })
             .await?;
@@ -614,15 +616,11 @@ impl Store {
         debug_assert!(request.filter.is_none());
         let schema = self.output_schema(request.projection.as_deref())?;
         let (request, hide) = self.with_visibility(request)?;
-        let filter = match hide {
-            Some(hide) => filter.and(hide),
-            None => filter,
-        };
-        let (request, filter) = (&request, &filter);
+        let (request, filter, hide) = (&request, &filter, hide.as_ref());
         let batches = self
             .on_view(|view| async move {
                 let (plan, projection) =
-                    plan_scan(&view, &self.schemas, request, Some(filter)).await?;
+                    plan_scan(&view, &self.schemas, request, Some(filter), hide).await?;
                 collect(execute(plan, self.schemas.clone(), projection)?).await
             })
             .await?;
@@ -671,7 +669,7 @@ impl Store {
     pub async fn explain(&self, request: ScanRequest) -> Result<String> {
         let (request, hide) = self.with_visibility(request)?;
         let view = self.engine.view().await?;
-        let (plan, _) = plan_scan(&view, &self.schemas, &request, hide.as_ref()).await?;
+        let (plan, _) = plan_scan(&view, &self.schemas, &request, None, hide.as_ref()).await?;
         Ok(displayable(plan.as_ref()).indent(true).to_string())
     }
 
@@ -725,7 +723,7 @@ impl Store {
         let (request, hide) = self.with_visibility(request)?;
         let (request, hide) = (&request, hide.as_ref());
         self.on_view(|view| async move {
-            let (plan, projection) = plan_scan(&view, &self.schemas, request, hide).await?;
+            let (plan, projection) = plan_scan(&view, &self.schemas, request, None, hide).await?;
             let mut stream = execute(plan, self.schemas.clone(), projection)?;
             let mut rows = 0u64;
             while let Some(batch) = futures::StreamExt::next(&mut stream).await {

@@ -396,8 +396,16 @@ impl ReadView {
 /// every built-in function, which cost a fair part of a point lookup.
 fn task_context() -> Arc<TaskContext> {
     static CONTEXT: std::sync::LazyLock<Arc<TaskContext>> =
-        std::sync::LazyLock::new(|| SessionContext::new().task_ctx());
+        std::sync::LazyLock::new(|| session().task_ctx());
     CONTEXT.clone()
+}
+
+/// The session the engine's own expressions are planned in (defaults only),
+/// built once.
+pub(crate) fn session() -> &'static SessionContext {
+    static SESSION: std::sync::LazyLock<SessionContext> =
+        std::sync::LazyLock::new(SessionContext::new);
+    &SESSION
 }
 
 /// Execute a plan, conforming every batch to the logical schema.
@@ -426,12 +434,18 @@ pub(crate) async fn collect(stream: BatchStream) -> Result<Vec<RecordBatch>> {
 /// `key = id` or `key IN (ids)` (for the LSM scanner, through
 /// [`lookup_shaped`]).
 pub(crate) fn key_filter(key: &str, ids: &[&str]) -> Expr {
-    let column = Expr::Column(Column::new_unqualified(key));
     if ids.len() == 1 {
-        column.eq(lit(ids[0]))
+        Expr::Column(Column::new_unqualified(key)).eq(lit(ids[0]))
     } else {
-        column.in_list(ids.iter().map(|id| lit(*id)).collect(), false)
+        in_list(key, ids)
     }
+}
+
+/// `column IN (values)`, built as an expression: a thousand keys written as
+/// SQL text and parsed back cost more than the lookup they drive.
+pub(crate) fn in_list(column: &str, values: &[&str]) -> Expr {
+    Expr::Column(Column::new_unqualified(column))
+        .in_list(values.iter().map(|v| lit(*v)).collect(), false)
 }
 
 /// Keys a filter may name and still go to Lance's point-lookup planner.

@@ -8,6 +8,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::expressions::col as physical_col;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::limit::GlobalLimitExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
@@ -315,10 +316,26 @@ async fn blame(
     Error::from_lance("planning the scan", None, e)
 }
 
+/// `plan`'s rows that `predicate` (an engine expression) keeps.
+fn filtered(plan: Arc<dyn ExecutionPlan>, predicate: &Expr) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = datafusion::common::DFSchema::try_from(plan.schema().as_ref().clone())
+        .map_err(|e| Error::internal(format!("the scan's schema: {e}")))?;
+    let predicate = super::session()
+        .create_physical_expr(predicate.clone(), &schema)
+        .map_err(|e| Error::internal(format!("planning the visibility rule: {e}")))?;
+    Ok(Arc::new(FilterExec::try_new(predicate, plan).map_err(
+        |e| Error::internal(format!("planning the visibility rule: {e}")),
+    )?))
+}
+
+/// Plan `request`, with `matching` (an engine-built predicate) joined to the
+/// caller's filter, and `hide` (the visibility rule) applied to what both
+/// select.
 pub(crate) async fn plan_scan(
     view: &ReadView,
     schemas: &Schemas,
     request: &ScanRequest,
+    matching: Option<&Expr>,
     hide: Option<&Expr>,
 ) -> Result<(Arc<dyn ExecutionPlan>, Option<Vec<String>>)> {
     // Columns the caller wants, checked against the logical schema.
@@ -368,11 +385,41 @@ pub(crate) async fn plan_scan(
         read_cols.push(schemas.key.clone());
     }
 
+    // The filter the scan pushes down: the caller's and the engine's own.
+    // With one, the visibility rule is applied above the scan, to the rows
+    // it selects: the scan reads only the filter's columns for every row,
+    // not the rule's too. The rows are the same — the LSM scan filters the
+    // newest version of each key, so a conjunction can be split.
+    let pushed = match (
+        combined_filter(schemas, request.filter.as_deref(), None)?,
+        matching,
+    ) {
+        (Some(user), Some(m)) => Some(user.and(m.clone())),
+        (user, m) => user.or_else(|| m.cloned()),
+    };
+    let (pushed, above) = match (pushed, hide) {
+        (Some(pushed), Some(hide)) => (Some(pushed), Some(hide)),
+        (None, hide) => (hide.cloned(), None),
+        (pushed, None) => (pushed, None),
+    };
+    if let Some(above) = above {
+        let mut named: Vec<String> = above
+            .column_refs()
+            .into_iter()
+            .map(|c| c.name.clone())
+            .collect();
+        named.sort();
+        for name in named {
+            if !read_cols.contains(&name) {
+                read_cols.push(name);
+            }
+        }
+    }
     let mut scanner = view
         .scanner(&schemas.key)
         .project(&read_cols)
         .map_err(|e| Error::from_lance("projecting", None, e))?;
-    if let Some(expr) = combined_filter(schemas, request.filter.as_deref(), hide)? {
+    if let Some(expr) = pushed {
         scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
     }
     // Bounded well inside i64: Lance adds limit and offset.
@@ -392,15 +439,30 @@ pub(crate) async fn plan_scan(
     if sort_keys.is_empty() {
         let limit = request.limit.map(|l| to_i64(l, "limit")).transpose()?;
         let offset = request.offset.map(|o| to_i64(o, "offset")).transpose()?;
-        if limit.is_some() || offset.is_some() {
+        // Limit and offset count visible rows: with the rule applied above
+        // the scan, they are applied above it too.
+        if (limit.is_some() || offset.is_some()) && above.is_none() {
             scanner = scanner
                 .limit(limit, offset)
                 .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
         }
-        let plan = match scanner.create_plan().await {
+        let mut plan = match scanner.create_plan().await {
             Ok(plan) => plan,
             Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
         };
+        if let Some(above) = above {
+            plan = filtered(plan, above)?;
+            if plan.output_partitioning().partition_count() > 1 {
+                plan = Arc::new(CoalescePartitionsExec::new(plan));
+            }
+            if request.limit.is_some() || request.offset.is_some() {
+                plan = Arc::new(GlobalLimitExec::new(
+                    plan,
+                    request.offset.unwrap_or(0),
+                    request.limit,
+                ));
+            }
+        }
         return Ok((plan, Some(wanted)));
     }
 
@@ -410,6 +472,9 @@ pub(crate) async fn plan_scan(
         Ok(plan) => plan,
         Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
     };
+    if let Some(above) = above {
+        plan = filtered(plan, above)?;
+    }
     if plan.output_partitioning().partition_count() > 1 {
         plan = Arc::new(CoalescePartitionsExec::new(plan));
     }

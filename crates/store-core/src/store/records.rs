@@ -138,21 +138,6 @@ fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
-/// `column IN (values)` built as an expression: a thousand keys written as
-/// SQL text and parsed back cost more than the lookup they drive.
-fn in_list(column: &str, values: &[&str]) -> Expr {
-    lance::deps::datafusion::logical_expr::col(lance::deps::datafusion::common::Column::from_name(
-        column,
-    ))
-    .in_list(
-        values
-            .iter()
-            .map(|v| lance::deps::datafusion::logical_expr::lit(*v))
-            .collect(),
-        false,
-    )
-}
-
 fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -572,7 +557,8 @@ impl Store {
             let schema = self.output_schema(request.projection.as_deref())?;
             return Ok(RecordBatch::new_empty(schema));
         }
-        self.scan_matching(request, in_list(column, values)).await
+        self.scan_matching(request, crate::read::in_list(column, values))
+            .await
     }
 
     /// Lookup by key hiding tombstones.
