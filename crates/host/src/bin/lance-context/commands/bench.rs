@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// one at this many rows (0: skip).
     #[arg(long, default_value_t = 0)]
     records_rows: usize,
+    /// Timed repeats of each operation in the record-capabilities comparison
+    /// (count, filtered scan, upsert); medians are reported.
+    #[arg(long, default_value_t = 5)]
+    records_repeats: usize,
     /// Also measure disk use after this many add+merge rounds under each
     /// retention setting (0: skip).
     #[arg(long, default_value_t = 0)]
@@ -111,6 +115,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
             args.records_rows,
             args.batch,
             args.lookups,
+            args.records_repeats.max(1),
         )
         .await?;
     }

@@ -125,6 +125,7 @@ pub async fn run(
     rows: usize,
     batch_rows: usize,
     lookups: usize,
+    repeats: usize,
 ) -> Result<()> {
     println!("\n== record capabilities at {rows} rows (medians; ratio = capabilities / plain)");
     let open = |name: &str, caps: RecordCapabilities| {
@@ -201,7 +202,7 @@ pub async fn run(
     };
     line("get p50", percentile(&gp, 0.5), percentile(&gr, 0.5));
     line("get p95", percentile(&gp, 0.95), percentile(&gr, 0.95));
-    let (p, r) = both(&pair, 5, async |s: &Store, _, _| {
+    let (p, r) = both(&pair, repeats, async |s: &Store, _, _| {
         s.count(None).await?;
         Ok(())
     })
@@ -257,7 +258,7 @@ pub async fn run(
         percentile(&cold, 0.5),
     );
     let runs = rows.div_ceil(1000);
-    let (p, r) = both(&pair, 5, async |s: &Store, _, i| {
+    let (p, r) = both(&pair, repeats, async |s: &Store, _, i| {
         let run = (7 + i) % runs;
         let found = s
             .scan(ScanRequest::new().filter(format!("run_id = 'run-{run}'")))
@@ -268,7 +269,7 @@ pub async fn run(
     })
     .await?;
     line("filtered scan (1,000 rows)", p, r);
-    let (p, r) = both(&pair, 3, async |s: &Store, caps, i| {
+    let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
         // 1,000 rows with fresh keys under existing secondary keys: the
         // capabilities store supersedes them, the plain one adds them.
         let mut b = batch(&format!("u{i}-{}", caps as u8), 0, 1000)?;
