@@ -437,3 +437,40 @@ async fn a_long_lived_reader_sees_every_new_generation_merge_and_shard() {
     other.close().await.unwrap();
     writer.close().await.unwrap();
 }
+
+/// A filter of the key shape is planned through Lance's point lookup, which
+/// reads the generations while the plan is built: when that read fails, the
+/// failure is the storage's — not the caller's filter (an invalid argument
+/// would not be retried, and would tell the caller to fix a good filter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_failure_while_planning_a_filter_is_not_blamed_on_the_filter() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(config(&uri).with_manual_maintenance())
+        .await
+        .unwrap();
+    store.add(&batch(&rows("k", "g", 10))).await.unwrap();
+    let shard = std::path::Path::new(&uri)
+        .join("_mem_wal")
+        .join(store.shard_id().to_string());
+    store.close().await.unwrap();
+    // The generation's data files vanish; its manifest stays.
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&shard).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().contains("_gen_") && path.join("data").is_dir() {
+            for file in std::fs::read_dir(path.join("data")).unwrap() {
+                std::fs::remove_file(file.unwrap().path()).unwrap();
+                removed += 1;
+            }
+        }
+    }
+    assert!(removed > 0, "no generation data files under {shard:?}");
+    let reader = Store::open_read_only(config(&uri)).await.unwrap();
+    for filter in ["id = 'k-00003'", "id IN ('k-00003', 'k-00004')"] {
+        let err = reader
+            .scan(ScanRequest::new().filter(filter))
+            .await
+            .expect_err("the rows are gone");
+        assert_ne!(err.kind(), ErrorKind::InvalidInput, "{filter}: {err}");
+    }
+}

@@ -296,7 +296,8 @@ pub fn check_plain_predicate(filter: &str) -> Result<()> {
 /// A scan that could not be planned: when the same scan without the
 /// caller's filter plans, the filter is at fault (a type mismatch such as
 /// `id > 5` on a string column, a placeholder): invalid input naming it.
-/// Otherwise the failure is the storage's.
+/// Otherwise the failure is the storage's — as is any read failure: Lance
+/// plans a filter on the key by looking the keys up, so planning reads data.
 async fn blame(
     view: &ReadView,
     schemas: &Schemas,
@@ -304,6 +305,17 @@ async fn blame(
     request: &ScanRequest,
     e: lance::Error,
 ) -> Error {
+    let read_failed = e.is_not_found()
+        || matches!(
+            e.find_root(),
+            lance::Error::IO { .. }
+                | lance::Error::NotFound { .. }
+                | lance::Error::CorruptFile { .. }
+                | lance::Error::Timeout { .. }
+        );
+    if read_failed {
+        return Error::from_lance("planning the scan", None, e);
+    }
     if let Some(filter) = request.filter.as_deref() {
         let without = match view.scanner(&schemas.key).project(read_cols) {
             Ok(scanner) => scanner.create_plan().await.is_ok(),
@@ -415,13 +427,6 @@ pub(crate) async fn plan_scan(
             }
         }
     }
-    let mut scanner = view
-        .scanner(&schemas.key)
-        .project(&read_cols)
-        .map_err(|e| Error::from_lance("projecting", None, e))?;
-    if let Some(expr) = pushed {
-        scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
-    }
     // Bounded well inside i64: Lance adds limit and offset.
     let to_i64 = |v: usize, what: &str| {
         i64::try_from(v)
@@ -429,29 +434,63 @@ pub(crate) async fn plan_scan(
             .filter(|v| *v <= 1 << 53)
             .ok_or_else(|| Error::invalid_argument(format!("{what} {v} is too large")))
     };
-
     // Sort keys on columns the dataset lacks are all-null: they do not order.
     let sort_keys: Vec<&SortKey> = request
         .order_by
         .iter()
         .filter(|k| schemas.stored.field_with_name(&k.column).is_ok())
         .collect();
-    if sort_keys.is_empty() {
-        let limit = request.limit.map(|l| to_i64(l, "limit")).transpose()?;
-        let offset = request.offset.map(|o| to_i64(o, "offset")).transpose()?;
+    // Pushed into the scan only without an order (a sort takes them).
+    let (limit, offset) = match sort_keys.is_empty() {
+        true => (
+            request.limit.map(|l| to_i64(l, "limit")).transpose()?,
+            request.offset.map(|o| to_i64(o, "offset")).transpose()?,
+        ),
+        false => (None, None),
+    };
+
+    // The rule above the scan, or — when it cannot be planned there (a
+    // FilterExec asks its input for statistics, which a fragment without
+    // row counts cannot give) — pushed into the scan with the filter.
+    let mut split = above.is_some();
+    let (mut plan, ruled_above) = loop {
+        let (pushed, above) = match (split, pushed.clone(), above) {
+            (true, pushed, above) => (pushed, above),
+            (false, Some(pushed), Some(above)) => (Some(pushed.and(above.clone())), None),
+            (false, pushed, _) => (pushed, None),
+        };
+        let mut scanner = view
+            .scanner(&schemas.key)
+            .project(&read_cols)
+            .map_err(|e| Error::from_lance("projecting", None, e))?;
+        if let Some(expr) = pushed {
+            scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
+        }
         // Limit and offset count visible rows: with the rule applied above
-        // the scan, they are applied above it too.
-        if (limit.is_some() || offset.is_some()) && above.is_none() {
+        // the scan, they are applied above it too; with an order, above the
+        // sort.
+        if above.is_none() && (limit.is_some() || offset.is_some()) {
             scanner = scanner
                 .limit(limit, offset)
                 .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
         }
-        let mut plan = match scanner.create_plan().await {
+        let plan = match scanner.create_plan().await {
             Ok(plan) => plan,
             Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
         };
-        if let Some(above) = above {
-            plan = filtered(plan, above)?;
+        let Some(above) = above else {
+            break (plan, false);
+        };
+        match filtered(plan, above) {
+            Ok(plan) => break (plan, true),
+            Err(e) => {
+                tracing::debug!("the visibility rule is pushed into the scan: {e}");
+                split = false;
+            }
+        }
+    };
+    if sort_keys.is_empty() {
+        if ruled_above {
             if plan.output_partitioning().partition_count() > 1 {
                 plan = Arc::new(CoalescePartitionsExec::new(plan));
             }
@@ -468,13 +507,6 @@ pub(crate) async fn plan_scan(
 
     // Order-by: a top-k sort (bounded by offset + limit) over the deduped scan,
     // then skip/fetch.
-    let mut plan = match scanner.create_plan().await {
-        Ok(plan) => plan,
-        Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
-    };
-    if let Some(above) = above {
-        plan = filtered(plan, above)?;
-    }
     if plan.output_partitioning().partition_count() > 1 {
         plan = Arc::new(CoalescePartitionsExec::new(plan));
     }
