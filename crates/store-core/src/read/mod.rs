@@ -400,6 +400,20 @@ fn task_context() -> Arc<TaskContext> {
     CONTEXT.clone()
 }
 
+/// Parse a SQL predicate against `schema`, as Lance's `parse_filter_expr`
+/// does, in the shared session: Lance's builds a new session for each call,
+/// which registers every built-in function (a fair part of a filtered read).
+pub(crate) fn parse_filter(
+    schema: &arrow_schema::Schema,
+    filter: &str,
+) -> std::result::Result<Expr, String> {
+    let schema = datafusion::common::DFSchema::try_from(schema.clone())
+        .map_err(|e| format!("Failed to create DFSchema: {e}"))?;
+    session()
+        .parse_sql_expr(filter, &schema)
+        .map_err(|e| format!("Failed to parse filter expression: {e}"))
+}
+
 /// The session the engine's own expressions are planned in (defaults only),
 /// built once.
 pub(crate) fn session() -> &'static SessionContext {

@@ -12,7 +12,6 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::limit::GlobalLimitExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
-use lance::dataset::mem_wal::scanner::parse_filter_expr;
 use lance::deps::datafusion;
 
 use super::ReadView;
@@ -205,7 +204,7 @@ pub(crate) fn combined_filter(
         Some(filter) => {
             check_filter_columns(&schemas.logical, filter)?;
             Some(
-                parse_filter_expr(&schemas.stored, filter)
+                super::parse_filter(&schemas.stored, filter)
                     .map_err(|e| Error::invalid_argument(format!("filter '{filter}': {e}")))?,
             )
         }

@@ -49,13 +49,12 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, new_null_array};
 use arrow_schema::{DataType, Schema, TimeUnit};
-use lance::dataset::mem_wal::scanner::parse_filter_expr;
 use lance::deps::datafusion::logical_expr::Expr;
 
 use super::Store;
 use crate::config::RecordCapabilities;
 use crate::error::{BatchProblem, Error, Result};
-use crate::read::{ReadView, ScanRequest, Visibility};
+use crate::read::{ReadView, ScanRequest, Visibility, parse_filter};
 
 /// The reserved `content_type` of a tombstone row.
 pub use lance_context_spec::TOMBSTONE_CONTENT_TYPE;
@@ -402,7 +401,7 @@ impl Store {
             return Ok(None);
         }
         let text = parts.join(" AND ");
-        parse_filter_expr(&self.schemas.stored, &text)
+        parse_filter(&self.schemas.stored, &text)
             .map(Some)
             .map_err(|e| Error::internal(format!("the visibility rule does not parse: {e}")))
     }
@@ -1239,10 +1238,10 @@ mod tests {
                         timestamp_literal(now)
                     )
                 };
-                let rule = parse_filter_expr(&schema, &text(NOW_STAND_IN)).unwrap();
+                let rule = parse_filter(&schema, &text(NOW_STAND_IN)).unwrap();
                 let now = 1_790_000_000_654_321;
                 let clocked = with_clock(rule, now).expect("the stand-in is found");
-                let parsed = parse_filter_expr(&schema, &text(now)).unwrap();
+                let parsed = parse_filter(&schema, &text(now)).unwrap();
                 assert_eq!(clocked, parsed, "{unit:?} {tz:?}");
             }
         }
