@@ -111,14 +111,19 @@ fn records(rows: &[(&str, Option<&str>, &str)], set: &[(&str, Vec<Option<&str>>)
     .unwrap()
 }
 
-fn ids(batch: &RecordBatch) -> Vec<String> {
-    let mut v: Vec<String> = batch
+/// The ids of a result, in its order.
+fn ids_in_order(batch: &RecordBatch) -> Vec<String> {
+    batch
         .column_by_name("id")
         .unwrap()
         .as_string::<i32>()
         .iter()
         .map(|s| s.unwrap().to_string())
-        .collect();
+        .collect()
+}
+
+fn ids(batch: &RecordBatch) -> Vec<String> {
+    let mut v = ids_in_order(batch);
     v.sort();
     v
 }
@@ -774,17 +779,11 @@ async fn a_filtered_scan_pages_and_counts_visible_rows_only() {
         let store = &store;
         async move {
             let batch = store.scan(request).await.unwrap();
-            let mut shown: Vec<String> = batch
-                .column_by_name("id")
-                .unwrap()
-                .as_string::<i32>()
-                .iter()
-                .map(|s| s.unwrap().to_string())
-                .collect();
-            if !sorted {
-                shown.sort();
+            if sorted {
+                ids_in_order(&batch)
+            } else {
+                ids(&batch)
             }
-            shown
         }
     };
     for step in ["merged", "rewritten in generations", "merged again"] {
