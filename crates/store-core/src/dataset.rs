@@ -218,15 +218,15 @@ pub enum Location {
     Other,
 }
 
-/// Initialise the MemWAL if it is not (a create that crashed between its two
-/// commits leaves a dataset without one). Manual sharding: each instance writes
-/// its own shard, named by its instance id.
 /// The directory beside the dataset where the engine keeps its own small
 /// files (the merge ledger, the shared visible count): `_lance_context/`.
 pub(crate) fn engine_dir(dataset: &Dataset) -> object_store::path::Path {
     dataset.branch_location().path.join("_lance_context")
 }
 
+/// Initialise the MemWAL if it is not (a create that crashed between its two
+/// commits leaves a dataset without one). Manual sharding: each instance writes
+/// its own shard, named by its instance id.
 pub(crate) async fn ensure_mem_wal(dataset: &mut Dataset) -> Result<()> {
     if dataset
         .mem_wal_index_details()

@@ -593,34 +593,23 @@ impl Store {
 
     /// Scan into one batch.
     pub async fn scan(&self, request: ScanRequest) -> Result<RecordBatch> {
-        let schema = self.output_schema(request.projection.as_deref())?;
-        let (request, hide) = self.with_visibility(request)?;
-        let (request, hide) = (&request, hide.as_ref());
-        let batches = self
-            .on_view(|view| async move {
-                let (plan, projection) =
-                    plan_scan(&view, &self.schemas, request, None, hide).await?;
-                collect(execute(plan, self.schemas.clone(), projection)?).await
-            })
-            .await?;
-        Ok(concat_batches(&schema, &batches)?)
+        self.scan_matching(request, None).await
     }
 
-    /// [`Self::scan`] with `filter` given as an expression (built by the
-    /// engine, never parsed from text) instead of the request's filter.
+    /// [`Self::scan`], with `matching` — an expression built by the engine,
+    /// never parsed from text — joined to the request's filter.
     pub(crate) async fn scan_matching(
         &self,
         request: ScanRequest,
-        filter: lance::deps::datafusion::logical_expr::Expr,
+        matching: Option<lance::deps::datafusion::logical_expr::Expr>,
     ) -> Result<RecordBatch> {
-        debug_assert!(request.filter.is_none());
         let schema = self.output_schema(request.projection.as_deref())?;
         let (request, hide) = self.with_visibility(request)?;
-        let (request, filter, hide) = (&request, &filter, hide.as_ref());
+        let (request, matching, hide) = (&request, matching.as_ref(), hide.as_ref());
         let batches = self
             .on_view(|view| async move {
                 let (plan, projection) =
-                    plan_scan(&view, &self.schemas, request, Some(filter), hide).await?;
+                    plan_scan(&view, &self.schemas, request, matching, hide).await?;
                 collect(execute(plan, self.schemas.clone(), projection)?).await
             })
             .await?;

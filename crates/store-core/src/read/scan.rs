@@ -331,12 +331,13 @@ async fn blame(
 fn filtered(plan: Arc<dyn ExecutionPlan>, predicate: &Expr) -> Result<Arc<dyn ExecutionPlan>> {
     let schema = datafusion::common::DFSchema::try_from(plan.schema().as_ref().clone())
         .map_err(|e| Error::internal(format!("the scan's schema: {e}")))?;
+    let planning = |e| Error::internal(format!("planning the visibility rule: {e}"));
     let predicate = super::session()
         .create_physical_expr(predicate.clone(), &schema)
-        .map_err(|e| Error::internal(format!("planning the visibility rule: {e}")))?;
-    Ok(Arc::new(FilterExec::try_new(predicate, plan).map_err(
-        |e| Error::internal(format!("planning the visibility rule: {e}")),
-    )?))
+        .map_err(planning)?;
+    Ok(Arc::new(
+        FilterExec::try_new(predicate, plan).map_err(planning)?,
+    ))
 }
 
 /// Plan `request`, with `matching` (an engine-built predicate) joined to the

@@ -556,7 +556,7 @@ impl Store {
             let schema = self.output_schema(request.projection.as_deref())?;
             return Ok(RecordBatch::new_empty(schema));
         }
-        self.scan_matching(request, crate::read::in_list(column, values))
+        self.scan_matching(request, Some(crate::read::in_list(column, values)))
             .await
     }
 
