@@ -1094,7 +1094,7 @@ async fn count_agrees_with_the_scan_as_records_change_and_expire() {
 
 /// The base table's visible count is shared through the store: the next
 /// handle (every CLI command is a new process) reads it instead of counting
-/// again — for the same version, commit and rule only.
+/// again — for the same rows (data fingerprint) and rule only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
     let (_dir, uri) = temp_uri();
@@ -1118,7 +1118,7 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
 
     let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
     let written = std::fs::read_to_string(&path).expect("the count is shared");
-    // v1 <version> <committed> <from> <until> <visible> <rule>
+    // v2 <version> <data fingerprint> <from> <until> <visible> <rule>
     let fields: Vec<&str> = written.trim_end().splitn(7, ' ').collect();
     assert_eq!(fields[5], "3", "{written}");
     let with = |changes: &[(usize, &str)]| {
@@ -1136,9 +1136,9 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
     // A doctored number shows that a new handle takes the shared count...
     std::fs::write(&path, with(&[(5, "1003")])).unwrap();
     assert_eq!(count_on_a_new_handle().await, 1003);
-    // ...but not for another commit under the same version number (a
-    // dataset recreated in place), another rule, or a torn line.
-    std::fs::write(&path, with(&[(5, "1003"), (2, "12345")])).unwrap();
+    // ...but not for other rows (a dataset recreated in place), another
+    // rule, or a torn line.
+    std::fs::write(&path, with(&[(5, "1003"), (2, "00000000000012ab")])).unwrap();
     assert_eq!(count_on_a_new_handle().await, 3);
     std::fs::write(&path, with(&[(5, "1003"), (6, "superseded_by_id IS NULL")])).unwrap();
     assert_eq!(count_on_a_new_handle().await, 3);
@@ -1163,4 +1163,107 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
         .unwrap();
     assert_eq!(old.count(None).await.unwrap(), 3);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), rewritten);
+}
+
+/// A merge carries the visible count to the version it makes: the count of
+/// the version it merged into, adjusted by the generations it merged, shared
+/// before any `count()` — so the first count of a new base version, in any
+/// process, reads no base rows. Proven with a doctored count before the
+/// merge: the carried one is off by the same amount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
+    let (_dir, uri) = temp_uri();
+    let clock = clock_micros();
+    let past = (clock - 1_000_000).to_string();
+    let soon = (clock + 3_600_000_000).to_string();
+    let later = (clock + 7_200_000_000).to_string();
+    let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
+    let fields = || -> Vec<String> {
+        std::fs::read_to_string(&path)
+            .expect("a count is shared")
+            .trim_end()
+            .splitn(7, ' ')
+            .map(str::to_string)
+            .collect()
+    };
+    {
+        let store = store(&uri).await;
+        store
+            .add(&records(
+                &[
+                    ("a1", Some("ea1"), ""),
+                    ("a2", Some("ea2"), ""),
+                    ("a3", Some("ea3"), ""),
+                    ("later", Some("la"), ""),
+                ],
+                &[("expires_at", vec![None, None, None, Some(later.as_str())])],
+            ))
+            .await
+            .unwrap();
+        // The first merge, into an empty table, already carries a count.
+        store.merge().await.unwrap();
+        let first = fields();
+        assert_eq!(first[5], "4", "{first:?}");
+        assert_eq!(first[4], later, "the first expiry ahead: {first:?}");
+        store.close().await.unwrap();
+    }
+    // Doctor the shared count: the next merge starts from it.
+    let mut doctored = fields();
+    doctored[5] = "1004".into();
+    std::fs::write(&path, format!("{}\n", doctored.join(" "))).unwrap();
+
+    let store = Store::open(caps_config(&uri)).await.unwrap();
+    // Unmerged: a base row deleted, one superseded, a new record, a new one
+    // already expired, a new one expiring sooner than any before.
+    store.delete(&["a1"]).await.unwrap();
+    store
+        .upsert(&records(&[("a2v2", Some("ea2"), "v2")], &[]))
+        .await
+        .unwrap();
+    store
+        .add(&records(
+            &[
+                ("new", Some("nw"), ""),
+                ("gone", Some("gn"), ""),
+                ("soon", Some("so"), ""),
+            ],
+            &[(
+                "expires_at",
+                vec![None, Some(past.as_str()), Some(soon.as_str())],
+            )],
+        ))
+        .await
+        .unwrap();
+    let stats = store.merge().await.unwrap();
+    assert!(stats.generations_merged > 0);
+    let carried = fields();
+    assert!(
+        carried[1].parse::<u64>().unwrap() > doctored[1].parse::<u64>().unwrap(),
+        "{carried:?}"
+    );
+    assert_ne!(carried[2], doctored[2], "other rows: {carried:?}");
+    // 1004 - a1 + (a2 -> a2v2) + new + soon (gone had expired).
+    assert_eq!(
+        carried[5], "1005",
+        "carried from the doctored count: {carried:?}"
+    );
+    assert_eq!(carried[4], soon, "the earliest expiry ahead: {carried:?}");
+
+    // The truth, counted afresh, and through the scan path.
+    std::fs::remove_file(&path).unwrap();
+    let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(fresh.count(None).await.unwrap(), 5);
+    assert_eq!(fresh.count(Some("id IS NOT NULL")).await.unwrap(), 5);
+    // With the shared count gone and unknown to the merging handle... the
+    // merging handle still remembers it: a new writer does not, and the
+    // next merge counts the version it makes (once) instead of carrying.
+    store.close().await.unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let store = Store::open(caps_config(&uri)).await.unwrap();
+    store.delete(&["a3"]).await.unwrap();
+    store.merge().await.unwrap();
+    assert_eq!(fields()[5], "4");
+    let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(fresh.count(None).await.unwrap(), 4);
+    assert_eq!(fresh.count(Some("id IS NOT NULL")).await.unwrap(), 4);
 }

@@ -134,6 +134,9 @@ pub(crate) struct Engine {
     pub last_background_error: std::sync::Mutex<Option<String>>,
     /// When this handle last applied the retention policy.
     pub last_retention: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The store's visibility rules when it has record capabilities (merges
+    /// carry the visible count).
+    pub rules: Option<Arc<crate::store::visible::Rules>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -243,6 +246,7 @@ impl Engine {
             store_params: self.opener.store_params(),
             opener: &self.opener,
             generations: self.generations.clone(),
+            rules: self.rules.as_deref(),
             state: &self.merge_state,
             fail_at,
             #[cfg(feature = "failpoints")]

@@ -143,6 +143,22 @@ pub(crate) struct MergeContext<'a> {
     pub fail_at: Option<MergeFailpoint>,
     #[cfg(feature = "failpoints")]
     pub hook: Option<MergeHook>,
+    /// The store's visibility rules (record capabilities): a merge carries
+    /// the count of visible base rows to the version it makes.
+    pub rules: Option<&'a crate::store::visible::Rules>,
+}
+
+/// What a merge did to the base table, when nothing else changed it
+/// meanwhile: `after` holds exactly `before`'s rows with the generations
+/// `sstables` of `shard` folded in.
+pub(crate) struct Merged {
+    pub before: Arc<Dataset>,
+    pub after: Arc<Dataset>,
+    pub shard: Uuid,
+    /// (generation, directory), oldest first.
+    pub sstables: Vec<(u64, String)>,
+    pub opener: Opener,
+    pub generations: Arc<SsTableCache>,
 }
 
 impl MergeContext<'_> {
@@ -233,6 +249,10 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
     // before the first pass, a guess of 2×.
     let budget = ctx.settings.batch_budget_bytes.max(1);
     let mut scale = 2.0f64;
+    let before = dataset.clone();
+    // Whether each pass's commit came right after the previous one (nothing
+    // else changed the base table in between).
+    let mut only_ours = true;
     let mut rest: &[Pending] = &pending;
     while !rest.is_empty() {
         let cut = (budget as f64 / scale).max(1.0) as usize;
@@ -240,6 +260,7 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
         if after.is_empty() {
             ctx.failpoint(MergeFailpoint::BeforeCommit)?;
         }
+        let previous = dataset.version().version;
         // Boxed: the pass's future is large, and merges run on worker threads.
         let (merged, held) = Box::pin(merge_pass(
             &ctx,
@@ -249,6 +270,7 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
             &mut stats,
         ))
         .await?;
+        only_ours &= merged.version().version == previous + 1;
         dataset = merged;
         let recorded: u64 = pass
             .iter()
@@ -267,6 +289,23 @@ pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(std::time::SystemTime::now());
         ctx.failpoint(MergeFailpoint::AfterCommit)?;
+        if let Some(rules) = ctx.rules
+            && only_ours
+        {
+            // Before cleanup: the carry reads the merged generations.
+            let merged = Merged {
+                before,
+                after: dataset.clone(),
+                shard: ctx.shard,
+                sstables: pending
+                    .iter()
+                    .map(|p| (p.sstable.generation, p.sstable.path.clone()))
+                    .collect(),
+                opener: ctx.opener.clone(),
+                generations: ctx.generations.clone(),
+            };
+            rules.carry(&merged).await;
+        }
     }
     Box::pin(crate::cleanup::cleanup_shard(
         &ctx,

@@ -1,6 +1,7 @@
 //! [`Store`]: one dataset, one resident writer, the LSM read path.
 
 pub(crate) mod records;
+pub(crate) mod visible;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,16 +53,9 @@ pub struct Store {
     /// Serialises check-then-write adds (uniqueness, upsert, patch, delete by
     /// tombstone) of this store handle.
     pub(crate) record_lock: tokio::sync::Mutex<()>,
-    /// The base table's visible rows, for `count` (record capabilities).
-    pub(crate) visible_count: std::sync::Mutex<Option<records::VisibleCount>>,
-    /// Parsed visibility rules by shape (see `Store::visibility_expr`).
-    #[allow(clippy::type_complexity)]
-    pub(crate) visibility_rules: std::sync::Mutex<
-        std::collections::HashMap<
-            (bool, bool, bool),
-            Option<lance::deps::datafusion::logical_expr::Expr>,
-        >,
-    >,
+    /// Visibility rules, and the count of visible base rows (record
+    /// capabilities); merges carry the count to the versions they make.
+    pub(crate) rules: Arc<visible::Rules>,
     shard_policy: ShardPolicy,
     /// Awaited by the next read between taking its view and reading
     /// (failpoints: a reader slower than cleanup).
@@ -191,6 +185,10 @@ impl Store {
             true => Some(Writer::open(&dataset, shard, config.writer.clone()).await?),
             false => None,
         };
+        let rules = Arc::new(visible::Rules::new(
+            config.capabilities.clone(),
+            schemas.clone(),
+        ));
         let engine = Arc::new(Engine {
             opener,
             key: schemas.key.clone(),
@@ -211,6 +209,7 @@ impl Store {
             last_background_error: std::sync::Mutex::new(None),
             last_retention: std::sync::Mutex::new(None),
             manifests: Default::default(),
+            rules: (config.capabilities != RecordCapabilities::default()).then(|| rules.clone()),
         });
         let background = match writable {
             true => {
@@ -229,8 +228,7 @@ impl Store {
             background: std::sync::Mutex::new(background),
             capabilities: config.capabilities,
             record_lock: tokio::sync::Mutex::new(()),
-            visible_count: std::sync::Mutex::new(None),
-            visibility_rules: Default::default(),
+            rules,
             shard_policy: config.shard_policy,
             #[cfg(feature = "failpoints")]
             read_pause: std::sync::Mutex::new(None),

@@ -54,17 +54,17 @@ use lance::deps::datafusion::logical_expr::Expr;
 use super::Store;
 use crate::config::RecordCapabilities;
 use crate::error::{BatchProblem, Error, Result};
-use crate::read::{ReadView, ScanRequest, Visibility, parse_filter};
+use crate::read::{ScanRequest, Visibility};
 
 /// The reserved `content_type` of a tombstone row.
 pub use lance_context_spec::TOMBSTONE_CONTENT_TYPE;
 
-const CONTENT_TYPE: &str = "content_type";
+pub(super) const CONTENT_TYPE: &str = "content_type";
 const SUPERSEDES: &str = "supersedes_id";
-const SUPERSEDED_BY: &str = "superseded_by_id";
-const EXPIRES_AT: &str = "expires_at";
-const STATUS: &str = "lifecycle_status";
-const RETIRED_AT: &str = "retired_at";
+pub(super) const SUPERSEDED_BY: &str = "superseded_by_id";
+pub(super) const EXPIRES_AT: &str = "expires_at";
+pub(super) const STATUS: &str = "lifecycle_status";
+pub(super) const RETIRED_AT: &str = "retired_at";
 const CREATED_AT: &str = "created_at";
 
 /// What an upsert did with one row.
@@ -133,18 +133,18 @@ pub(crate) fn check_capabilities(caps: &RecordCapabilities, schema: &Schema) -> 
     Ok(())
 }
 
-fn quote(value: &str) -> String {
+pub(super) fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
-fn now_micros() -> i64 {
+pub(super) fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
 }
 
-fn timestamp_literal(micros: i64) -> String {
+pub(super) fn timestamp_literal(micros: i64) -> String {
     format!("TIMESTAMP '{}'", timestamp_text(micros))
 }
 
@@ -159,12 +159,12 @@ fn timestamp_text(micros: i64) -> String {
 /// The clock in a cached visibility rule (2000-01-01 00:00:00.123457 UTC),
 /// replaced by [`with_clock`]; its sub-millisecond digits make it unlikely
 /// to be mistaken for any other literal.
-const NOW_STAND_IN: i64 = 946_684_800_123_457;
+pub(super) const NOW_STAND_IN: i64 = 946_684_800_123_457;
 
 /// `rule` with [`NOW_STAND_IN`]'s literal replaced by `now` (the parser keeps
 /// a timestamp literal as its text, cast to the column's type), or `None`
 /// when no such literal was found.
-fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
+pub(super) fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
     use lance::deps::datafusion::common::ScalarValue;
     use lance::deps::datafusion::common::tree_node::{Transformed, TreeNode};
     let stand_in = timestamp_text(NOW_STAND_IN);
@@ -221,305 +221,49 @@ fn undeleted() -> Visibility {
     }
 }
 
-/// The base table's visible rows at one version, and how long that holds:
-/// from `from` until the first visible row expires (`until`, exclusive; `None`
-/// when none will). Rows hidden by expiry never show again, and nothing else
-/// in the visibility rule depends on the clock.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct VisibleCount {
-    version: u64,
-    from: i64,
-    until: Option<i64>,
-    visible: u64,
-}
-
-impl VisibleCount {
-    fn holds(&self, version: u64, now: i64) -> bool {
-        self.version == version && now >= self.from && self.until.is_none_or(|u| now < u)
-    }
-}
-
-/// The last [`VisibleCount`] any handle of the store computed, kept in
-/// `_lance_context/visible_count` so that the next process (every CLI command
-/// is one) need not count the base table again: one small read instead of a
-/// scan of the visibility columns of every row.
-///
-/// It stands for one base version, recognised by its number *and* its commit
-/// time (a dataset recreated at the same place starts its numbering again),
-/// and for one visibility rule (its text, with the clock at zero). A handle
-/// that cannot write there (read-only credentials) still counts correctly; it
-/// only does not share its count.
-#[derive(Debug, Clone, PartialEq)]
-struct SharedCount {
-    count: VisibleCount,
-    committed: i64,
-    rule: String,
-}
-
-impl SharedCount {
-    /// Format tag: a change of the line's meaning changes it.
-    const TAG: &'static str = "v1";
-
-    fn path(dataset: &lance::Dataset) -> object_store::path::Path {
-        crate::dataset::engine_dir(dataset).join("visible_count")
-    }
-
-    fn encode(&self) -> String {
-        let c = &self.count;
-        let until = c.until.map_or("-".to_string(), |u| u.to_string());
-        format!(
-            "{} {} {} {} {} {} {}\n",
-            Self::TAG,
-            c.version,
-            self.committed,
-            c.from,
-            until,
-            c.visible,
-            self.rule
-        )
-    }
-
-    /// `None` for anything that does not parse (a torn or foreign write):
-    /// the count is then taken again.
-    fn decode(text: &str) -> Option<Self> {
-        let mut parts = text.strip_suffix('\n')?.splitn(7, ' ');
-        if parts.next()? != Self::TAG {
-            return None;
-        }
-        let version = parts.next()?.parse().ok()?;
-        let committed = parts.next()?.parse().ok()?;
-        let from = parts.next()?.parse().ok()?;
-        let until = match parts.next()? {
-            "-" => None,
-            u => Some(u.parse().ok()?),
-        };
-        let visible = parts.next()?.parse().ok()?;
-        let rule = parts.next()?.to_string();
-        Some(Self {
-            count: VisibleCount {
-                version,
-                from,
-                until,
-                visible,
-            },
-            committed,
-            rule,
-        })
-    }
-
-    async fn read(store: &lance::io::ObjectStore, dataset: &lance::Dataset) -> Option<Self> {
-        match store.read_one_all(&Self::path(dataset)).await {
-            Ok(bytes) => Self::decode(&String::from_utf8_lossy(&bytes)),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => {
-                tracing::debug!("reading the shared visible count: {e}");
-                None
-            }
-        }
-    }
-
-    async fn write(&self, store: &lance::io::ObjectStore, dataset: &lance::Dataset) {
-        if let Err(e) = store
-            .put(&Self::path(dataset), self.encode().as_bytes())
-            .await
-        {
-            tracing::debug!("sharing the visible count: {e}");
-        }
-    }
-}
-
 impl Store {
-    /// The expression that hides what `visibility` does not show, or `None`.
-    ///
-    /// The rule is parsed once per shape (which kinds of rows are shown),
-    /// with a stand-in for the clock, and the clock's literal is replaced on
-    /// each call: parsing it every time cost about half a millisecond of
-    /// every count and scan.
+    /// The expression that hides what `visibility` does not show, or `None`
+    /// (see [`super::visible::Rules::expr`]).
     pub(crate) fn visibility_expr(&self, v: &Visibility) -> Result<Option<Expr>> {
-        let shape = (v.include_tombstones, v.include_expired, v.include_retired);
-        let cached = self
-            .visibility_rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&shape)
-            .cloned();
-        let rule = match cached {
-            Some(rule) => rule,
-            None => {
-                let rule = self.parse_visibility(v, NOW_STAND_IN)?;
-                self.visibility_rules
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(shape, rule.clone());
-                rule
-            }
-        };
-        let Some(rule) = rule else {
-            return Ok(None);
-        };
-        if !self.capabilities.lifecycle || v.include_expired {
-            return Ok(Some(rule));
-        }
-        let now = v.now_micros.unwrap_or_else(now_micros);
-        match with_clock(rule, now) {
-            Some(rule) => Ok(Some(rule)),
-            // The literal took a form not recognised: parse it as it is.
-            None => self.parse_visibility(v, now),
-        }
-    }
-
-    /// The rule for `v` with `now` as the clock, parsed from text built from
-    /// the engine's own constants and typed literals only.
-    fn parse_visibility(&self, v: &Visibility, now: i64) -> Result<Option<Expr>> {
-        let caps = &self.capabilities;
-        let schema = &self.schemas.logical;
-        let mut parts = Vec::new();
-        if caps.tombstones && !v.include_tombstones {
-            parts.push(format!(
-                "({CONTENT_TYPE} IS NULL OR {CONTENT_TYPE} <> {})",
-                quote(TOMBSTONE_CONTENT_TYPE)
-            ));
-        }
-        if caps.lifecycle && !v.include_expired {
-            parts.push(format!(
-                "({EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {})",
-                timestamp_literal(now)
-            ));
-        }
-        if caps.lifecycle && !v.include_retired {
-            parts.push(format!(
-                "(({STATUS} IS NULL OR {STATUS} IN ('active', 'contradicted')) AND {RETIRED_AT} IS NULL)"
-            ));
-        }
-        if (caps.supersession || caps.lifecycle)
-            && !v.include_retired
-            && schema.field_with_name(SUPERSEDED_BY).is_ok()
-        {
-            parts.push(format!("{SUPERSEDED_BY} IS NULL"));
-        }
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        let text = parts.join(" AND ");
-        parse_filter(&self.schemas.stored, &text)
-            .map(Some)
-            .map_err(|e| Error::internal(format!("the visibility rule does not parse: {e}")))
+        self.rules.expr(v)
     }
 
     /// `count()` with the default visibility: the base table's visible rows
-    /// (see [`VisibleCount`]) adjusted by the unmerged generations. `None`
-    /// when that cannot be done (a generation written before a column the
-    /// rule names existed): the caller counts through a scan.
+    /// (kept per base version, see [`super::visible::Rules`]) adjusted by the
+    /// unmerged generations. `None` when that cannot be done (no rule, or a
+    /// generation written before a column the rule names existed): the
+    /// caller counts through a scan.
     pub(crate) async fn count_visible(&self) -> Result<Option<u64>> {
         let now = now_micros();
-        let visibility = Visibility {
-            now_micros: Some(now),
-            ..Visibility::default()
-        };
-        let Some(hide) = self.visibility_expr(&visibility)? else {
-            return Ok(None);
-        };
-        let hide = &hide;
         self.on_view(|view| async move {
-            let base = self.base_visible(&view, hide, now).await?;
+            let known = self.rules.known(&view.dataset, now).await;
+            if let Some(c) = known
+                && view.shards.iter().all(|s| s.sstables.is_empty())
+            {
+                // Nothing unmerged: the rule need not even be parsed.
+                return Ok(Some(c.visible));
+            }
+            let Some(hide) = self.visibility_expr(&Visibility {
+                now_micros: Some(now),
+                ..Visibility::default()
+            })?
+            else {
+                return Ok(None);
+            };
+            let base = match known {
+                Some(c) => c.visible,
+                None => self.rules.counted(&view.dataset, &hide, now).await?,
+            };
             crate::read::count_all(
                 &view,
                 &self.schemas.key,
                 &self.engine.opener,
                 base,
-                Some(hide),
+                Some(&hide),
             )
             .await
         })
         .await
-    }
-
-    /// The base table's rows `hide` leaves visible at `now`.
-    async fn base_visible(&self, view: &ReadView, hide: &Expr, now: i64) -> Result<u64> {
-        let version = view.dataset.version().version;
-        let cached = *self.visible_count.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = cached
-            && c.holds(version, now)
-        {
-            return Ok(c.visible);
-        }
-        let committed = view
-            .dataset
-            .version()
-            .timestamp
-            .timestamp_nanos_opt()
-            .unwrap_or_default();
-        let rule = self
-            .visibility_expr(&Visibility {
-                now_micros: Some(0),
-                ..Visibility::default()
-            })?
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        let store = view
-            .dataset
-            .object_store(None)
-            .await
-            .map_err(|e| Error::from_lance("opening the object store", None, e))?;
-        let shared = SharedCount::read(&store, &view.dataset).await;
-        if let Some(s) = &shared
-            && s.committed == committed
-            && s.rule == rule
-            && s.count.holds(version, now)
-        {
-            *self.visible_count.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.count);
-            return Ok(s.count.visible);
-        }
-        let mut scan = view.dataset.scan();
-        scan.filter_expr(hide.clone());
-        let (visible, until) = if self.capabilities.lifecycle {
-            scan.project(&[EXPIRES_AT])
-                .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
-            let mut stream = scan
-                .try_into_stream()
-                .await
-                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
-            let (mut visible, mut until) = (0u64, None::<i64>);
-            while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
-                .await
-                .map_err(|e| Error::from_lance("counting visible rows", None, e))?
-            {
-                visible += batch.num_rows() as u64;
-                let micros = arrow_cast::cast(
-                    batch.column(0),
-                    &DataType::Timestamp(TimeUnit::Microsecond, None),
-                )?;
-                let micros = micros.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
-                if let Some(first) = micros.iter().flatten().min() {
-                    until = Some(until.map_or(first, |u| u.min(first)));
-                }
-            }
-            (visible, until)
-        } else {
-            let n = scan
-                .count_rows()
-                .await
-                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
-            (n, None)
-        };
-        let count = VisibleCount {
-            version,
-            from: now,
-            until,
-            visible,
-        };
-        *self.visible_count.lock().unwrap_or_else(|p| p.into_inner()) = Some(count);
-        // Shared unless it would replace a newer version's count.
-        if shared.is_none_or(|s| s.count.version <= version) {
-            SharedCount {
-                count,
-                committed,
-                rule,
-            }
-            .write(&store, &view.dataset)
-            .await;
-        }
-        Ok(visible)
     }
 
     /// `request` to plan, and the visibility expression to join to its filter.

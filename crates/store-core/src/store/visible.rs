@@ -1,0 +1,486 @@
+//! What the visibility rules hide, and how many rows of the base table they
+//! show: the parsed rules, and the count of visible base rows a handle keeps
+//! (and shares through the store) so that `count()` need not read the base
+//! table. A merge carries that count to the base version it makes: the
+//! count of the version it merged into, adjusted by the generations it merged
+//! (see [`Rules::carry`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMicrosecondType;
+use arrow_schema::{DataType, TimeUnit};
+use lance::Dataset;
+use lance::deps::datafusion::logical_expr::Expr;
+
+use super::records::{
+    CONTENT_TYPE, EXPIRES_AT, NOW_STAND_IN, RETIRED_AT, STATUS, SUPERSEDED_BY,
+    TOMBSTONE_CONTENT_TYPE, now_micros, quote, timestamp_literal, with_clock,
+};
+use crate::config::RecordCapabilities;
+use crate::conform::Schemas;
+use crate::error::{Error, Result};
+use crate::merge::Merged;
+use crate::read::{ReadView, ShardView, Visibility, parse_filter};
+
+/// Parsed visibility rules by shape (which kinds of rows are shown).
+type Parsed = HashMap<(bool, bool, bool), Option<Expr>>;
+
+/// A store's visibility rules and its count of visible base rows; shared
+/// between the store handle and its merges.
+#[derive(Debug)]
+pub(crate) struct Rules {
+    capabilities: RecordCapabilities,
+    schemas: Schemas,
+    parsed: Mutex<Parsed>,
+    /// The base table's visible rows at the last base version counted.
+    count: Mutex<Option<VisibleCount>>,
+}
+
+impl Rules {
+    pub(crate) fn new(capabilities: RecordCapabilities, schemas: Schemas) -> Self {
+        Self {
+            capabilities,
+            schemas,
+            parsed: Mutex::new(HashMap::new()),
+            count: Mutex::new(None),
+        }
+    }
+
+    /// The expression that hides what `visibility` does not show, or `None`.
+    ///
+    /// The rule is parsed once per shape (which kinds of rows are shown),
+    /// with a stand-in for the clock, and the clock's literal is replaced on
+    /// each call: parsing it every time cost about half a millisecond of
+    /// every count and scan.
+    pub(crate) fn expr(&self, v: &Visibility) -> Result<Option<Expr>> {
+        let shape = (v.include_tombstones, v.include_expired, v.include_retired);
+        let cached = self
+            .parsed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shape)
+            .cloned();
+        let rule = match cached {
+            Some(rule) => rule,
+            None => {
+                let rule = self.parse(v, NOW_STAND_IN)?;
+                self.parsed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(shape, rule.clone());
+                rule
+            }
+        };
+        let Some(rule) = rule else {
+            return Ok(None);
+        };
+        if !self.capabilities.lifecycle || v.include_expired {
+            return Ok(Some(rule));
+        }
+        let now = v.now_micros.unwrap_or_else(now_micros);
+        match with_clock(rule, now) {
+            Some(rule) => Ok(Some(rule)),
+            // The literal took a form not recognised: parse it as it is.
+            None => self.parse(v, now),
+        }
+    }
+
+    /// The rule for `v` with `now` as the clock, parsed from text built from
+    /// the engine's own constants and typed literals only.
+    fn parse(&self, v: &Visibility, now: i64) -> Result<Option<Expr>> {
+        let Some(text) = self.source(v, now) else {
+            return Ok(None);
+        };
+        parse_filter(&self.schemas.stored, &text)
+            .map(Some)
+            .map_err(|e| Error::internal(format!("the visibility rule does not parse: {e}")))
+    }
+
+    /// The rule's text for `v` with `now` as the clock (`None`: no rule).
+    fn source(&self, v: &Visibility, now: i64) -> Option<String> {
+        let caps = &self.capabilities;
+        let schema = &self.schemas.logical;
+        let mut parts = Vec::new();
+        if caps.tombstones && !v.include_tombstones {
+            parts.push(format!(
+                "({CONTENT_TYPE} IS NULL OR {CONTENT_TYPE} <> {})",
+                quote(TOMBSTONE_CONTENT_TYPE)
+            ));
+        }
+        if caps.lifecycle && !v.include_expired {
+            parts.push(format!(
+                "({EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {})",
+                timestamp_literal(now)
+            ));
+        }
+        if caps.lifecycle && !v.include_retired {
+            parts.push(format!(
+                "(({STATUS} IS NULL OR {STATUS} IN ('active', 'contradicted')) AND {RETIRED_AT} IS NULL)"
+            ));
+        }
+        if (caps.supersession || caps.lifecycle)
+            && !v.include_retired
+            && schema.field_with_name(SUPERSEDED_BY).is_ok()
+        {
+            parts.push(format!("{SUPERSEDED_BY} IS NULL"));
+        }
+        (!parts.is_empty()).then(|| parts.join(" AND "))
+    }
+
+    /// The default rule's text with the clock at zero: what a shared count
+    /// is for (built, not parsed: a count found needs no parse).
+    fn rule_text(&self) -> String {
+        self.source(&Visibility::default(), 0).unwrap_or_default()
+    }
+
+    /// The count of `dataset`'s visible rows at `now` this handle remembers,
+    /// or the one shared through the store; `None` when neither holds.
+    pub(crate) async fn known(&self, dataset: &Dataset, now: i64) -> Option<VisibleCount> {
+        let data = fingerprint(dataset);
+        let cached = *self.count.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cached
+            && c.holds(data, now)
+        {
+            return Some(c);
+        }
+        let shared = SharedCount::read(dataset).await;
+        if let Some(s) = shared
+            && s.rule == self.rule_text()
+            && s.count.holds(data, now)
+        {
+            *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.count);
+            return Some(s.count);
+        }
+        None
+    }
+
+    /// Remember `count` and share it, unless the shared one is of a newer
+    /// version.
+    async fn keep(&self, dataset: &Dataset, count: VisibleCount) {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Some(count);
+        let shared = SharedCount::read(dataset).await;
+        if shared.is_none_or(|s| s.count.version <= count.version) {
+            SharedCount {
+                count,
+                rule: self.rule_text(),
+            }
+            .write(dataset)
+            .await;
+        }
+    }
+
+    /// The base table's rows `hide` (the rule at `now`) leaves visible,
+    /// counted by a scan of their visibility columns (then remembered and
+    /// shared).
+    pub(crate) async fn counted(&self, dataset: &Dataset, hide: &Expr, now: i64) -> Result<u64> {
+        let mut scan = dataset.scan();
+        scan.filter_expr(hide.clone());
+        let (visible, until) = if self.capabilities.lifecycle {
+            scan.project(&[EXPIRES_AT])
+                .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
+            let mut stream = scan
+                .try_into_stream()
+                .await
+                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
+            let (mut visible, mut until) = (0u64, None::<i64>);
+            while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
+                .await
+                .map_err(|e| Error::from_lance("counting visible rows", None, e))?
+            {
+                visible += batch.num_rows() as u64;
+                until = earliest(until, first_expiry(batch.column(0), now)?);
+            }
+            (visible, until)
+        } else {
+            let n = scan
+                .count_rows()
+                .await
+                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
+            (n, None)
+        };
+        let count = VisibleCount {
+            version: dataset.version().version,
+            data: fingerprint(dataset),
+            from: now,
+            until,
+            visible,
+        };
+        self.keep(dataset, count).await;
+        Ok(visible)
+    }
+
+    /// After a merge: the count of the base version it made, from the count
+    /// of the version it merged into (remembered or shared; 0 for an empty
+    /// table) adjusted by the generations it merged — as a read adjusts the
+    /// base count by unmerged generations — so the first `count()` at the new
+    /// version, in any process, need not read the base table. When the
+    /// earlier count is not known, the new version is counted here (once;
+    /// later merges carry it). Errors are logged, never raised: the count is
+    /// then taken by the next `count()`.
+    pub(crate) async fn carry(&self, merged: &Merged) {
+        if let Err(e) = self.try_carry(merged).await {
+            tracing::warn!("keeping the visible count across a merge: {e}");
+        }
+    }
+
+    async fn try_carry(&self, merged: &Merged) -> Result<()> {
+        let now = now_micros();
+        let Some(hide) = self.expr(&Visibility {
+            now_micros: Some(now),
+            ..Visibility::default()
+        })?
+        else {
+            return Ok(());
+        };
+        let before = match self.known(&merged.before, now).await {
+            Some(c) => Some(c),
+            None if merged.before.count_rows(None).await.unwrap_or(1) == 0 => Some(VisibleCount {
+                version: merged.before.version().version,
+                data: fingerprint(&merged.before),
+                from: now,
+                until: None,
+                visible: 0,
+            }),
+            None => None,
+        };
+        let Some(before) = before else {
+            self.counted(&merged.after, &hide, now).await?;
+            return Ok(());
+        };
+        let mut snapshot = lance::dataset::mem_wal::scanner::ShardSnapshot::new(merged.shard);
+        for (generation, path) in &merged.sstables {
+            snapshot = snapshot.with_sstable(*generation, path.clone());
+        }
+        let view = ReadView {
+            dataset: merged.before.clone(),
+            shards: vec![ShardView {
+                snapshot,
+                unmerged: merged.sstables.len(),
+                sstables: merged.sstables.clone(),
+                unmerged_rows: 0,
+                unmerged_bytes: 0,
+                gap: false,
+            }],
+            generations: merged.generations.clone(),
+        };
+        let Some(visible) = crate::read::count_all(
+            &view,
+            &self.schemas.key,
+            &merged.opener,
+            before.visible,
+            Some(&hide),
+        )
+        .await?
+        else {
+            return Ok(());
+        };
+        // The merged rows' earliest expiry still ahead bounds the new count
+        // (conservatively: hidden or replaced rows included).
+        let mut until = before.until;
+        if self.capabilities.lifecycle {
+            for (_, path) in &merged.sstables {
+                let generation = merged
+                    .opener
+                    .open_generation(&merged.before, &merged.shard, path)
+                    .await?;
+                if generation.schema().field(EXPIRES_AT).is_none() {
+                    continue;
+                }
+                let mut scan = generation.scan();
+                scan.project(&[EXPIRES_AT])
+                    .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
+                let mut stream = scan
+                    .try_into_stream()
+                    .await
+                    .map_err(|e| Error::from_lance("reading a generation", None, e))?;
+                while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
+                    .await
+                    .map_err(|e| Error::from_lance("reading a generation", None, e))?
+                {
+                    until = earliest(until, first_expiry(batch.column(0), now)?);
+                }
+            }
+        }
+        let count = VisibleCount {
+            version: merged.after.version().version,
+            data: fingerprint(&merged.after),
+            from: now,
+            until,
+            visible,
+        };
+        self.keep(&merged.after, count).await;
+        Ok(())
+    }
+}
+
+/// The earlier of two expiries (`None`: never).
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The earliest expiry after `now` in a column of `expires_at` values.
+fn first_expiry(column: &arrow_array::ArrayRef, now: i64) -> Result<Option<i64>> {
+    let micros = arrow_cast::cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+    Ok(micros
+        .as_primitive::<TimestampMicrosecondType>()
+        .iter()
+        .flatten()
+        .filter(|&t| t > now)
+        .min())
+}
+
+/// What the rows of `dataset`'s base table are made of: its fragments, their
+/// data, overlay and deletion files (FNV-1a, stable across builds). Two
+/// versions with the same fingerprint hold the same rows — an index commit
+/// keeps it — while a dataset recreated in place gets new file names.
+pub(crate) fn fingerprint(dataset: &Dataset) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut mix = |bytes: &[u8]| {
+        for b in bytes.iter().chain(&[0xff]) {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for fragment in dataset.manifest().fragments.iter() {
+        mix(&fragment.id.to_le_bytes());
+        mix(&(fragment.physical_rows.unwrap_or(usize::MAX) as u64).to_le_bytes());
+        for file in &fragment.files {
+            mix(file.path.as_bytes());
+        }
+        for overlay in &fragment.overlays {
+            mix(overlay.data_file.path.as_bytes());
+            mix(&overlay.committed_version.to_le_bytes());
+        }
+        if let Some(d) = &fragment.deletion_file {
+            mix(&d.read_version.to_le_bytes());
+            mix(&d.id.to_le_bytes());
+        }
+    }
+    hash
+}
+
+/// The base table's visible rows at one version, and how long that holds:
+/// from `from` until the first visible row expires (`until`, exclusive; `None`
+/// when none will). Rows hidden by expiry never show again, and nothing else
+/// in the visibility rule depends on the clock. It holds for every version
+/// with the same rows (`data`, see [`fingerprint`]); `version` only orders
+/// shared counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct VisibleCount {
+    version: u64,
+    data: u64,
+    from: i64,
+    until: Option<i64>,
+    pub(crate) visible: u64,
+}
+
+impl VisibleCount {
+    fn holds(&self, data: u64, now: i64) -> bool {
+        self.data == data && now >= self.from && self.until.is_none_or(|u| now < u)
+    }
+}
+
+/// The last [`VisibleCount`] any handle of the store computed or a merge
+/// carried, kept in `_lance_context/visible_count` so that the next process
+/// (every CLI command is one) need not count the base table again: one small
+/// read instead of a scan of the visibility columns of every row.
+///
+/// It stands for the rows of one base version (their fingerprint: a dataset
+/// recreated in place has other files) and for one visibility rule (its
+/// text, with the clock at zero). A handle that cannot write there
+/// (read-only credentials) still counts correctly; it only does not share
+/// its count.
+#[derive(Debug, Clone, PartialEq)]
+struct SharedCount {
+    count: VisibleCount,
+    rule: String,
+}
+
+impl SharedCount {
+    /// Format tag: a change of the line's meaning changes it.
+    const TAG: &'static str = "v2";
+
+    fn path(dataset: &Dataset) -> object_store::path::Path {
+        crate::dataset::engine_dir(dataset).join("visible_count")
+    }
+
+    /// `v2 <version> <data fingerprint, hex> <from> <until or -> <visible> <rule>`
+    fn encode(&self) -> String {
+        let c = &self.count;
+        let until = c.until.map_or("-".to_string(), |u| u.to_string());
+        format!(
+            "{} {} {:016x} {} {} {} {}\n",
+            Self::TAG,
+            c.version,
+            c.data,
+            c.from,
+            until,
+            c.visible,
+            self.rule
+        )
+    }
+
+    /// `None` for anything that does not parse (a torn or foreign write):
+    /// the count is then taken again.
+    fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.strip_suffix('\n')?.splitn(7, ' ');
+        if parts.next()? != Self::TAG {
+            return None;
+        }
+        let version = parts.next()?.parse().ok()?;
+        let data = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let from = parts.next()?.parse().ok()?;
+        let until = match parts.next()? {
+            "-" => None,
+            u => Some(u.parse().ok()?),
+        };
+        let visible = parts.next()?.parse().ok()?;
+        let rule = parts.next()?.to_string();
+        Some(Self {
+            count: VisibleCount {
+                version,
+                data,
+                from,
+                until,
+                visible,
+            },
+            rule,
+        })
+    }
+
+    async fn read(dataset: &Dataset) -> Option<Self> {
+        let store = match dataset.object_store(None).await {
+            Ok(store) => store,
+            Err(e) => {
+                tracing::debug!("reading the shared visible count: {e}");
+                return None;
+            }
+        };
+        match store.read_one_all(&Self::path(dataset)).await {
+            Ok(bytes) => Self::decode(&String::from_utf8_lossy(&bytes)),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => {
+                tracing::debug!("reading the shared visible count: {e}");
+                None
+            }
+        }
+    }
+
+    async fn write(&self, dataset: &Dataset) {
+        let written = match dataset.object_store(None).await {
+            Ok(store) => store
+                .put(&Self::path(dataset), self.encode().as_bytes())
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::debug!("sharing the visible count: {e}");
+        }
+    }
+}
