@@ -1,5 +1,12 @@
 //! Point lookups by key: the base table through its key index, each
 //! unmerged generation by key — never a full scan.
+//!
+//! With nothing unmerged (every shard's generations merged: the steady state
+//! after a merge) the base table is the whole answer, and the lookup is
+//! planned as a plain indexed scan of it. Lance's LSM point-lookup planner
+//! gives the same rows but builds a new DataFusion session for each lookup
+//! (registering every built-in function) and wraps the base scan in its
+//! newest-first coalescing: about a tenth of a `get`'s CPU at 1M rows.
 
 use std::sync::Arc;
 
@@ -31,6 +38,13 @@ pub(crate) async fn plan_lookup(
         }
         None => schemas.readable_columns(),
     };
+    if view.shards.iter().all(|s| s.sstables.is_empty()) {
+        let mut scan = view.dataset.scan();
+        scan.project(&read_cols)
+            .map_err(|e| Error::from_lance("projecting", None, e))?
+            .filter_expr(key_filter(&schemas.key, ids));
+        return scan.create_plan().await.ctx("planning the point lookup");
+    }
     view.scanner(&schemas.key)
         .project(&read_cols)
         .map_err(|e| Error::from_lance("projecting", None, e))?
