@@ -168,6 +168,32 @@ async fn lookups_go_through_the_key_index() {
     );
 }
 
+/// The key index keeps small pages (512 keys) from its creation on an
+/// empty table through the merges that train and extend it: a lookup whose
+/// page is not cached reads, decodes and sorts one page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_index_keeps_small_pages_through_merges() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    store.add(&batch(&rows("a", "g", 5_000))).await.unwrap();
+    store.merge().await.unwrap();
+    store.add(&batch(&rows("b", "g", 5_000))).await.unwrap();
+    store.merge().await.unwrap();
+    use lance::index::DatasetIndexExt;
+    let dataset = lance::Dataset::open(&uri).await.unwrap();
+    let stats: serde_json::Value =
+        serde_json::from_str(&dataset.index_statistics("id_idx").await.unwrap()).unwrap();
+    let pages: u64 = stats["indices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{stats}"))
+        .iter()
+        .map(|i| i["num_pages"].as_u64().unwrap_or_else(|| panic!("{stats}")))
+        .sum();
+    // 10,000 keys: 20 pages of 512 (3 of Lance's default 4,096).
+    assert!(pages >= 19, "{pages} pages: {stats}");
+    assert!(store.get("b-04999").await.unwrap().is_some());
+}
+
 /// The key index exists from the start, before any writer opens: the
 /// writer keeps it in memory, so Lance waits for each generation's indexes
 /// (the key sidecar among them) to cover the whole memtable before it

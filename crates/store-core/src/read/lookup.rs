@@ -40,9 +40,13 @@ pub(crate) async fn plan_lookup(
     };
     if view.shards.iter().all(|s| s.sstables.is_empty()) {
         let mut scan = view.dataset.scan();
-        scan.project(&read_cols)
-            .map_err(|e| Error::from_lance("projecting", None, e))?
-            .filter_expr(key_filter(&schemas.key, ids));
+        // Every column is Lance's default projection; naming them costs a
+        // parse of each name on every lookup.
+        if read_cols.len() != view.dataset.schema().fields.len() {
+            scan.project(&read_cols)
+                .map_err(|e| Error::from_lance("projecting", None, e))?;
+        }
+        scan.filter_expr(key_filter(&schemas.key, ids));
         return scan.create_plan().await.ctx("planning the point lookup");
     }
     view.scanner(&schemas.key)

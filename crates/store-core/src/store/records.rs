@@ -966,6 +966,7 @@ impl Linked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read::parse_filter;
 
     #[test]
     fn the_cached_rule_takes_the_clock_in_the_unit_of_the_column() {
@@ -989,37 +990,5 @@ mod tests {
                 assert_eq!(clocked, parsed, "{unit:?} {tz:?}");
             }
         }
-    }
-
-    #[test]
-    fn a_shared_count_reads_back_as_written_and_refuses_anything_else() {
-        let shared = SharedCount {
-            count: VisibleCount {
-                version: 42,
-                from: 1_700_000_000_000_000,
-                until: Some(1_800_000_000_000_000),
-                visible: 999_983,
-            },
-            committed: 1_700_000_000_123_456_789,
-            rule: "content_type IS NULL OR content_type <> Utf8(\"tombstone\")".to_string(),
-        };
-        assert_eq!(SharedCount::decode(&shared.encode()), Some(shared.clone()));
-        let forever = SharedCount {
-            count: VisibleCount {
-                until: None,
-                ..shared.count
-            },
-            ..shared.clone()
-        };
-        assert_eq!(SharedCount::decode(&forever.encode()), Some(forever));
-        // Torn, foreign or future-format lines are not trusted.
-        let text = shared.encode();
-        assert_eq!(SharedCount::decode(&text[..text.len() / 2]), None);
-        assert_eq!(SharedCount::decode(""), None);
-        assert_eq!(SharedCount::decode(&text.replacen("v1", "v2", 1)), None);
-        assert_eq!(
-            SharedCount::decode(&text.replacen("999983", "many", 1)),
-            None
-        );
     }
 }

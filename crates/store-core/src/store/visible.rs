@@ -484,3 +484,62 @@ impl SharedCount {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_count_reads_back_as_written_and_refuses_anything_else() {
+        let shared = SharedCount {
+            count: VisibleCount {
+                version: 42,
+                data: 0x0123_4567_89ab_cdef,
+                from: 1_700_000_000_000_000,
+                until: Some(1_800_000_000_000_000),
+                visible: 999_983,
+            },
+            rule: "(content_type IS NULL OR content_type <> 'tombstone')".to_string(),
+        };
+        assert_eq!(SharedCount::decode(&shared.encode()), Some(shared.clone()));
+        let forever = SharedCount {
+            count: VisibleCount {
+                until: None,
+                ..shared.count
+            },
+            ..shared.clone()
+        };
+        assert_eq!(SharedCount::decode(&forever.encode()), Some(forever));
+        // Torn, foreign or other-format lines are not trusted.
+        let text = shared.encode();
+        assert_eq!(SharedCount::decode(&text[..text.len() / 2]), None);
+        assert_eq!(SharedCount::decode(""), None);
+        assert_eq!(SharedCount::decode(&text.replacen("v2", "v1", 1)), None);
+        assert_eq!(
+            SharedCount::decode(&text.replacen("999983", "many", 1)),
+            None
+        );
+        assert_eq!(
+            SharedCount::decode(&text.replacen("0123456789abcdef", "xyz", 1)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_count_holds_for_its_rows_until_the_first_expiry_only() {
+        let count = VisibleCount {
+            version: 3,
+            data: 7,
+            from: 100,
+            until: Some(200),
+            visible: 5,
+        };
+        assert!(count.holds(7, 100) && count.holds(7, 199));
+        assert!(!count.holds(8, 150), "other rows");
+        assert!(!count.holds(7, 200), "a row expired");
+        assert!(!count.holds(7, 99), "before it was taken");
+        assert_eq!(earliest(None, Some(3)), Some(3));
+        assert_eq!(earliest(Some(2), Some(3)), Some(2));
+        assert_eq!(earliest(None, None), None);
+    }
+}
