@@ -42,7 +42,14 @@ pub(crate) async fn plan_lookup(
         let mut scan = view.dataset.scan();
         // Every column is Lance's default projection; naming them costs a
         // parse of each name on every lookup.
-        if read_cols.len() != view.dataset.schema().fields.len() {
+        let every_column = read_cols.len() == view.dataset.schema().fields.len()
+            && view
+                .dataset
+                .schema()
+                .fields
+                .iter()
+                .all(|f| read_cols.contains(&f.name));
+        if !every_column {
             scan.project(&read_cols)
                 .map_err(|e| Error::from_lance("projecting", None, e))?;
         }
