@@ -376,7 +376,17 @@ pub struct IndexSettings {
     /// the key index, so uniqueness and upsert checks are lookups, not scans.
     /// Set from [`RecordCapabilities::secondary_key`] when not given.
     pub secondary_key_index: Option<String>,
+    /// Keys per page of those BTree indexes when they are created (`None`:
+    /// [`DEFAULT_KEY_INDEX_PAGE_ROWS`]). A lookup whose page is not cached
+    /// reads, decodes and sorts one whole page, so smaller pages make cold
+    /// lookups cheaper; building the index over many keys at once takes
+    /// more memory with them. An existing index keeps its page size.
+    pub key_index_page_rows: Option<u64>,
 }
+
+/// Keys per page of the key indexes unless [`IndexSettings::key_index_page_rows`]
+/// says otherwise (Lance's own default is 4,096).
+pub const DEFAULT_KEY_INDEX_PAGE_ROWS: u64 = 512;
 
 /// Record semantics a schema opts into, applied by the engine for any schema
 /// that declares them (see the `records` section of the crate docs). Each needs

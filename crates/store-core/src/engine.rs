@@ -628,16 +628,11 @@ async fn has_delta_segments(dataset: &Dataset) -> Result<bool> {
         .any(|i| !seen.insert(i.name.clone())))
 }
 
-/// Rows per page of the key indexes. A lookup of a key whose page is not
-/// cached reads, decodes and sorts the whole page: with Lance's default of
-/// 4,096 rows that was a fair part of a `get` at 10M rows. Range and `IN`
-/// reads touch the same number of rows either way; updates after a merge
-/// keep the page size the index was created with.
-pub(crate) const KEY_INDEX_PAGE_ROWS: u64 = 512;
-
-fn key_index_params() -> ScalarIndexParams {
+/// BTree parameters of the key indexes: `page_rows` keys per page (see
+/// [`IndexSettings::key_index_page_rows`]).
+fn key_index_params(page_rows: u64) -> ScalarIndexParams {
     ScalarIndexParams {
-        params: Some(format!("{{\"zone_size\": {KEY_INDEX_PAGE_ROWS}}}")),
+        params: Some(format!("{{\"zone_size\": {}}}", page_rows.max(1))),
         ..ScalarIndexParams::default()
     }
 }
@@ -682,7 +677,11 @@ pub(crate) async fn ensure_scalar_indexes(
                 &[column.as_str()],
                 IndexType::BTree,
                 Some(name.clone()),
-                &key_index_params(),
+                &key_index_params(
+                    settings
+                        .key_index_page_rows
+                        .unwrap_or(crate::config::DEFAULT_KEY_INDEX_PAGE_ROWS),
+                ),
                 false,
             )
             .await;

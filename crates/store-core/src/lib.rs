@@ -97,8 +97,9 @@ mod store;
 mod writer;
 
 pub use config::{
-    CompactionSettings, IndexSettings, KeyIndex, MergeSettings, Metric, RecordCapabilities,
-    RetentionSettings, ShardPolicy, StoreConfig, VectorColumn, VectorIndexKind, WriterSettings,
+    CompactionSettings, DEFAULT_KEY_INDEX_PAGE_ROWS, IndexSettings, KeyIndex, MergeSettings,
+    Metric, RecordCapabilities, RetentionSettings, ShardPolicy, StoreConfig, VectorColumn,
+    VectorIndexKind, WriterSettings,
 };
 pub use dataset::Location;
 pub use engine::{CompactionStats, IndexStats, StoreStats};

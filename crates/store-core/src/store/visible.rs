@@ -178,21 +178,7 @@ impl Rules {
         let mut scan = dataset.scan();
         scan.filter_expr(hide.clone());
         let (visible, until) = if self.capabilities.lifecycle {
-            scan.project(&[EXPIRES_AT])
-                .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
-            let mut stream = scan
-                .try_into_stream()
-                .await
-                .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
-            let (mut visible, mut until) = (0u64, None::<i64>);
-            while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
-                .await
-                .map_err(|e| Error::from_lance("counting visible rows", None, e))?
-            {
-                visible += batch.num_rows() as u64;
-                until = earliest(until, first_expiry(batch.column(0), now)?);
-            }
-            (visible, until)
+            expiries(scan, now, "counting visible rows").await?
         } else {
             let n = scan
                 .count_rows()
@@ -291,19 +277,8 @@ impl Rules {
                 if generation.schema().field(EXPIRES_AT).is_none() {
                     continue;
                 }
-                let mut scan = generation.scan();
-                scan.project(&[EXPIRES_AT])
-                    .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
-                let mut stream = scan
-                    .try_into_stream()
-                    .await
-                    .map_err(|e| Error::from_lance("reading a generation", None, e))?;
-                while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
-                    .await
-                    .map_err(|e| Error::from_lance("reading a generation", None, e))?
-                {
-                    until = earliest(until, first_expiry(batch.column(0), now)?);
-                }
+                let (_, first) = expiries(generation.scan(), now, "reading a generation").await?;
+                until = earliest(until, first);
             }
         }
         let count = VisibleCount {
@@ -316,6 +291,30 @@ impl Rules {
         self.keep(&merged.after, count).await;
         Ok(())
     }
+}
+
+/// The rows `scan` yields and their earliest expiry not before `now` (it
+/// reads `expires_at` only).
+async fn expiries(
+    mut scan: lance::dataset::scanner::Scanner,
+    now: i64,
+    what: &str,
+) -> Result<(u64, Option<i64>)> {
+    scan.project(&[EXPIRES_AT])
+        .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
+    let mut stream = scan
+        .try_into_stream()
+        .await
+        .map_err(|e| Error::from_lance(what, None, e))?;
+    let (mut rows, mut until) = (0u64, None::<i64>);
+    while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
+        .await
+        .map_err(|e| Error::from_lance(what, None, e))?
+    {
+        rows += batch.num_rows() as u64;
+        until = earliest(until, first_expiry(batch.column(0), now)?);
+    }
+    Ok((rows, until))
 }
 
 /// The earlier of two expiries (`None`: never).

@@ -48,6 +48,10 @@ pub struct BenchArgs {
     /// Skip the add/merge/lookup section (run only the sections asked for).
     #[arg(long)]
     skip_core: bool,
+    /// Keys per page of the key index in the add/merge/lookup section
+    /// (default: the engine's, 512).
+    #[arg(long)]
+    key_index_page_rows: Option<u64>,
 }
 
 fn schema() -> SchemaRef {
@@ -133,6 +137,7 @@ async fn core(args: &BenchArgs, uri: &str) -> Result<()> {
         .with_schema(schema.clone())
         .with_manual_maintenance();
     config.merge.batch_budget_bytes = budget;
+    config.indexes.key_index_page_rows = args.key_index_page_rows;
     let store = Store::create(config).await?;
 
     // 1. Durable adds.
