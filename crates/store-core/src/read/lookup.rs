@@ -38,7 +38,7 @@ pub(crate) async fn plan_lookup(
         }
         None => schemas.readable_columns(),
     };
-    if view.shards.iter().all(|s| s.sstables.is_empty()) {
+    if view.nothing_unmerged() {
         let mut scan = view.dataset.scan();
         // Every column is Lance's default projection; naming them costs a
         // parse of each name on every lookup.

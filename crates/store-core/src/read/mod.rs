@@ -381,6 +381,11 @@ pub(crate) struct ReadView {
 }
 
 impl ReadView {
+    /// No shard has an unmerged generation: the base table is every row.
+    pub(crate) fn nothing_unmerged(&self) -> bool {
+        self.shards.iter().all(|s| s.sstables.is_empty())
+    }
+
     pub(crate) fn scanner(&self, key: &str) -> LsmScanner {
         LsmScanner::new(
             self.dataset.clone(),

@@ -133,59 +133,11 @@ pub(crate) fn check_capabilities(caps: &RecordCapabilities, schema: &Schema) -> 
     Ok(())
 }
 
-pub(super) fn quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
-
 pub(super) fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
-}
-
-pub(super) fn timestamp_literal(micros: i64) -> String {
-    format!("TIMESTAMP '{}'", timestamp_text(micros))
-}
-
-/// `micros` as the text of a timestamp literal.
-fn timestamp_text(micros: i64) -> String {
-    match arrow_array::temporal_conversions::timestamp_us_to_datetime(micros) {
-        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
-        None => "1970-01-01 00:00:00".to_string(),
-    }
-}
-
-/// The clock in a cached visibility rule (2000-01-01 00:00:00.123457 UTC),
-/// replaced by [`with_clock`]; its sub-millisecond digits make it unlikely
-/// to be mistaken for any other literal.
-pub(super) const NOW_STAND_IN: i64 = 946_684_800_123_457;
-
-/// `rule` with [`NOW_STAND_IN`]'s literal replaced by `now` (the parser keeps
-/// a timestamp literal as its text, cast to the column's type), or `None`
-/// when no such literal was found.
-pub(super) fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
-    use lance::deps::datafusion::common::ScalarValue;
-    use lance::deps::datafusion::common::tree_node::{Transformed, TreeNode};
-    let stand_in = timestamp_text(NOW_STAND_IN);
-    let mut replaced = false;
-    let rule = rule
-        .transform(|e| {
-            let Expr::Literal(value, meta) = &e else {
-                return Ok(Transformed::no(e));
-            };
-            let value = match value {
-                ScalarValue::Utf8(Some(text)) if *text == stand_in => {
-                    ScalarValue::Utf8(Some(timestamp_text(now)))
-                }
-                _ => return Ok(Transformed::no(e)),
-            };
-            replaced = true;
-            Ok(Transformed::yes(Expr::Literal(value, meta.clone())))
-        })
-        .ok()?
-        .data;
-    replaced.then_some(rule)
 }
 
 /// `rows` of a Utf8 column, null for absent columns or null values.
@@ -238,7 +190,7 @@ impl Store {
         self.on_view(|view| async move {
             let known = self.rules.known(&view.dataset, now).await;
             if let Some(c) = known
-                && view.shards.iter().all(|s| s.sstables.is_empty())
+                && view.nothing_unmerged()
             {
                 // Nothing unmerged: the rule need not even be parsed.
                 return Ok(Some(c.visible));
@@ -960,35 +912,5 @@ impl Linked {
         }
         flush(&mut current)?;
         Ok(chunks)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::read::parse_filter;
-
-    #[test]
-    fn the_cached_rule_takes_the_clock_in_the_unit_of_the_column() {
-        for tz in [None, Some("UTC".into())] {
-            for unit in [TimeUnit::Microsecond, TimeUnit::Nanosecond] {
-                let schema = Schema::new(vec![arrow_schema::Field::new(
-                    EXPIRES_AT,
-                    DataType::Timestamp(unit, tz.clone()),
-                    true,
-                )]);
-                let text = |now| {
-                    format!(
-                        "{EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {}",
-                        timestamp_literal(now)
-                    )
-                };
-                let rule = parse_filter(&schema, &text(NOW_STAND_IN)).unwrap();
-                let now = 1_790_000_000_654_321;
-                let clocked = with_clock(rule, now).expect("the stand-in is found");
-                let parsed = parse_filter(&schema, &text(now)).unwrap();
-                assert_eq!(clocked, parsed, "{unit:?} {tz:?}");
-            }
-        }
     }
 }

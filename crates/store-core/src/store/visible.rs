@@ -15,8 +15,7 @@ use lance::Dataset;
 use lance::deps::datafusion::logical_expr::Expr;
 
 use super::records::{
-    CONTENT_TYPE, EXPIRES_AT, NOW_STAND_IN, RETIRED_AT, STATUS, SUPERSEDED_BY,
-    TOMBSTONE_CONTENT_TYPE, now_micros, quote, timestamp_literal, with_clock,
+    CONTENT_TYPE, EXPIRES_AT, RETIRED_AT, STATUS, SUPERSEDED_BY, TOMBSTONE_CONTENT_TYPE, now_micros,
 };
 use crate::config::RecordCapabilities;
 use crate::conform::Schemas;
@@ -202,8 +201,8 @@ impl Rules {
     /// table) adjusted by the generations it merged — as a read adjusts the
     /// base count by unmerged generations — so the first `count()` at the new
     /// version, in any process, need not read the base table. When the
-    /// earlier count is not known, the new version is counted here (once;
-    /// later merges carry it). Errors are logged, never raised: the count is
+    /// earlier count is not known nothing is carried (a merge never scans
+    /// the base table for it). Errors are logged, never raised: the count is
     /// then taken by the next `count()`.
     pub(crate) async fn carry(&self, merged: &Merged) {
         if let Err(e) = self.try_carry(merged).await {
@@ -291,6 +290,54 @@ impl Rules {
         self.keep(&merged.after, count).await;
         Ok(())
     }
+}
+
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+fn timestamp_literal(micros: i64) -> String {
+    format!("TIMESTAMP '{}'", timestamp_text(micros))
+}
+
+/// `micros` as the text of a timestamp literal.
+fn timestamp_text(micros: i64) -> String {
+    match arrow_array::temporal_conversions::timestamp_us_to_datetime(micros) {
+        Some(t) => t.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+        None => "1970-01-01 00:00:00".to_string(),
+    }
+}
+
+/// The clock in a cached visibility rule (2000-01-01 00:00:00.123457 UTC),
+/// replaced by [`with_clock`]; its sub-millisecond digits make it unlikely
+/// to be mistaken for any other literal.
+const NOW_STAND_IN: i64 = 946_684_800_123_457;
+
+/// `rule` with [`NOW_STAND_IN`]'s literal replaced by `now` (the parser keeps
+/// a timestamp literal as its text, cast to the column's type), or `None`
+/// when no such literal was found.
+fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
+    use lance::deps::datafusion::common::ScalarValue;
+    use lance::deps::datafusion::common::tree_node::{Transformed, TreeNode};
+    let stand_in = timestamp_text(NOW_STAND_IN);
+    let mut replaced = false;
+    let rule = rule
+        .transform(|e| {
+            let Expr::Literal(value, meta) = &e else {
+                return Ok(Transformed::no(e));
+            };
+            let value = match value {
+                ScalarValue::Utf8(Some(text)) if *text == stand_in => {
+                    ScalarValue::Utf8(Some(timestamp_text(now)))
+                }
+                _ => return Ok(Transformed::no(e)),
+            };
+            replaced = true;
+            Ok(Transformed::yes(Expr::Literal(value, meta.clone())))
+        })
+        .ok()?
+        .data;
+    replaced.then_some(rule)
 }
 
 /// The rows `scan` yields and their earliest expiry not before `now` (it
@@ -499,6 +546,31 @@ impl SharedCount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_schema::Schema;
+
+    #[test]
+    fn the_cached_rule_takes_the_clock_in_the_unit_of_the_column() {
+        for tz in [None, Some("UTC".into())] {
+            for unit in [TimeUnit::Microsecond, TimeUnit::Nanosecond] {
+                let schema = Schema::new(vec![arrow_schema::Field::new(
+                    EXPIRES_AT,
+                    DataType::Timestamp(unit, tz.clone()),
+                    true,
+                )]);
+                let text = |now| {
+                    format!(
+                        "{EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {}",
+                        timestamp_literal(now)
+                    )
+                };
+                let rule = parse_filter(&schema, &text(NOW_STAND_IN)).unwrap();
+                let now = 1_790_000_000_654_321;
+                let clocked = with_clock(rule, now).expect("the stand-in is found");
+                let parsed = parse_filter(&schema, &text(now)).unwrap();
+                assert_eq!(clocked, parsed, "{unit:?} {tz:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_shared_count_reads_back_as_written_and_refuses_anything_else() {
