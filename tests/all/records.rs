@@ -1118,8 +1118,8 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
 
     let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
     let written = std::fs::read_to_string(&path).expect("the count is shared");
-    // v2 <version> <data fingerprint> <from> <until> <visible> <rule>
-    let fields: Vec<&str> = written.trim_end().splitn(7, ' ').collect();
+    // v3 <version> <data fingerprint> <from> <until> <visible> <expiring> <rule>
+    let fields: Vec<&str> = written.trim_end().splitn(8, ' ').collect();
     assert_eq!(fields[5], "3", "{written}");
     let with = |changes: &[(usize, &str)]| {
         let mut f = fields.clone();
@@ -1140,7 +1140,7 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
     // rule, or a torn line.
     std::fs::write(&path, with(&[(5, "1003"), (2, "00000000000012ab")])).unwrap();
     assert_eq!(count_on_a_new_handle().await, 3);
-    std::fs::write(&path, with(&[(5, "1003"), (6, "superseded_by_id IS NULL")])).unwrap();
+    std::fs::write(&path, with(&[(5, "1003"), (7, "superseded_by_id IS NULL")])).unwrap();
     assert_eq!(count_on_a_new_handle().await, 3);
     std::fs::write(&path, &with(&[(5, "1003")])[..written.len() - 3]).unwrap();
     assert_eq!(count_on_a_new_handle().await, 3);
@@ -1148,6 +1148,10 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
     let expired = (clock - 10).to_string();
     std::fs::write(&path, with(&[(5, "1003"), (4, &expired)])).unwrap();
     assert_eq!(count_on_a_new_handle().await, 3);
+    // A listed expiry that passed takes its row off, with no count taken.
+    let (listed_from, listed) = ((clock - 20).to_string(), (clock - 10).to_string());
+    std::fs::write(&path, with(&[(5, "1003"), (3, &listed_from), (6, &listed)])).unwrap();
+    assert_eq!(count_on_a_new_handle().await, 1002);
 
     // The base moves on: the next count is of the new version, and shared.
     std::fs::write(&path, with(&[(5, "1003")])).unwrap();
@@ -1182,7 +1186,7 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
         std::fs::read_to_string(&path)
             .expect("a count is shared")
             .trim_end()
-            .splitn(7, ' ')
+            .splitn(8, ' ')
             .map(str::to_string)
             .collect()
     };
@@ -1204,7 +1208,8 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
         store.merge().await.unwrap();
         let first = fields();
         assert_eq!(first[5], "4", "{first:?}");
-        assert_eq!(first[4], later, "the first expiry ahead: {first:?}");
+        assert_eq!(first[6], later, "the expiries ahead: {first:?}");
+        assert_eq!(first[4], "-", "every expiry listed: {first:?}");
         store.close().await.unwrap();
     }
     // Doctor the shared count: the next merge starts from it.
@@ -1247,7 +1252,12 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
         carried[5], "1005",
         "carried from the doctored count: {carried:?}"
     );
-    assert_eq!(carried[4], soon, "the earliest expiry ahead: {carried:?}");
+    // The merged rows' expiries join the list (gone had expired).
+    assert_eq!(
+        carried[6],
+        format!("{soon},{later}"),
+        "the expiries ahead: {carried:?}"
+    );
 
     // The truth, counted afresh, and through the scan path.
     std::fs::remove_file(&path).unwrap();
@@ -1267,4 +1277,81 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
     assert_eq!(fresh.count(None).await.unwrap(), 4);
     assert_eq!(fields()[5], "4");
     assert_eq!(fresh.count(Some("id IS NOT NULL")).await.unwrap(), 4);
+}
+
+/// A count lists the expiries of the rows it counts: when one passes, the
+/// count drops by that row without reading the table (the shared count is
+/// not taken again) — and a merge that replaces a row with a listed expiry
+/// takes it off the list. Proven with a doctored count: the drop applies to
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_follows_its_listed_expiries_without_reading_the_table() {
+    let (_dir, uri) = temp_uri();
+    let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
+    let fields = || -> Vec<String> {
+        std::fs::read_to_string(&path)
+            .expect("a count is shared")
+            .trim_end()
+            .splitn(8, ' ')
+            .map(str::to_string)
+            .collect()
+    };
+    let store = store(&uri).await;
+    let clock = clock_micros();
+    let soon = (clock + 1_500_000).to_string();
+    let later = (clock + 3_600_000_000).to_string();
+    store
+        .add(&records(
+            &[
+                ("a1", Some("e1"), ""),
+                ("s1", Some("s1"), ""),
+                ("s2", Some("s2"), ""),
+                ("l1", Some("l1"), ""),
+            ],
+            &[(
+                "expires_at",
+                vec![
+                    None,
+                    Some(soon.as_str()),
+                    Some(soon.as_str()),
+                    Some(later.as_str()),
+                ],
+            )],
+        ))
+        .await
+        .unwrap();
+    store.merge().await.unwrap();
+    assert_eq!(store.count(None).await.unwrap(), 4);
+    assert_eq!(fields()[6], format!("{soon},{soon},{later}"));
+    // Replace l1 (a listed expiry) by a version that never expires: the
+    // merge takes l1's expiry off the list.
+    store
+        .upsert(&records(&[("l1v2", Some("l1"), "v2")], &[]))
+        .await
+        .unwrap();
+    store.merge().await.unwrap();
+    let carried = fields();
+    assert_eq!(carried[5], "4", "{carried:?}");
+    assert_eq!(carried[6], format!("{soon},{soon}"), "{carried:?}");
+    // Doctor the count (+1000): what follows is computed from it.
+    let mut doctored = carried.clone();
+    doctored[5] = "1004".into();
+    let doctored = format!("{}\n", doctored.join(" "));
+    std::fs::write(&path, &doctored).unwrap();
+    while clock_micros() <= clock + 1_600_000 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let handle = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(handle.count(None).await.unwrap(), 1002, "s1, s2 expired");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        doctored,
+        "no count taken again"
+    );
+    // The truth, through the scan path and counted afresh.
+    assert_eq!(handle.count(Some("id IS NOT NULL")).await.unwrap(), 2);
+    std::fs::remove_file(&path).unwrap();
+    let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(fresh.count(None).await.unwrap(), 2);
+    assert_eq!(fields()[6], "-", "nothing left to expire");
 }

@@ -275,11 +275,40 @@ pub(crate) async fn count_all(
     base: u64,
     hide: Option<&Expr>,
 ) -> Result<Option<u64>> {
-    // Newest version per key in the unmerged tier: whether it counts.
-    let mut newest: HashMap<String, bool> = HashMap::new();
-    let hide_columns: Vec<String> = hide
+    Ok(tally(view, key, opener, base, hide, None)
+        .await?
+        .map(|t| t.count))
+}
+
+/// What [`tally`] found: the count, and with an expiry column tracked, the
+/// expiries (microseconds, see [`micros_up`]) of the rows the adjustment
+/// added (newest versions that count) and removed (base rows that no longer
+/// count), for rows that have one.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub count: u64,
+    pub added: Vec<i64>,
+    pub removed: Vec<i64>,
+}
+
+/// [`count_all`], also tracking the expiries in column `expiry` (only with
+/// `hide`: the rows it counts are those `hide` leaves visible).
+pub(crate) async fn tally(
+    view: &ReadView,
+    key: &str,
+    opener: &crate::dataset::Opener,
+    base: u64,
+    hide: Option<&Expr>,
+    expiry: Option<&str>,
+) -> Result<Option<Tally>> {
+    let expiry = expiry.filter(|_| hide.is_some());
+    // Newest version per key in the unmerged tier: whether it counts, and
+    // its expiry (tracked only).
+    let mut newest: HashMap<String, (bool, Option<i64>)> = HashMap::new();
+    let mut hide_columns: Vec<String> = hide
         .map(|h| h.column_refs().iter().map(|c| c.name.clone()).collect())
         .unwrap_or_default();
+    hide_columns.extend(expiry.map(str::to_string));
     for shard in &view.shards {
         for (_, path) in shard.sstables.iter().rev() {
             let generation = opener
@@ -291,15 +320,26 @@ pub(crate) async fn count_all(
             {
                 return Ok(None);
             }
-            // Keys shown in this generation (a generation holds a key once).
-            let shown: Option<std::collections::HashSet<String>> = match hide {
+            // Keys shown in this generation (a generation holds a key once),
+            // with their expiries when tracked.
+            let shown: Option<HashMap<String, Option<i64>>> = match hide {
                 None => None,
                 Some(hide) => {
                     let mut scan = generation.scan();
-                    scan.project(&[key])
-                        .ctx("projecting the key")?
-                        .filter_expr(hide.clone());
-                    Some(column_values(scan, key).await?.into_iter().collect())
+                    scan.project(
+                        &[Some(key), expiry]
+                            .into_iter()
+                            .flatten()
+                            .collect::<Vec<_>>(),
+                    )
+                    .ctx("projecting the key")?
+                    .filter_expr(hide.clone());
+                    Some(
+                        keyed_expiries(scan, key, expiry)
+                            .await?
+                            .into_iter()
+                            .collect(),
+                    )
                 }
             };
             let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
@@ -323,18 +363,34 @@ pub(crate) async fn count_all(
                         continue;
                     }
                     let k = keys.value(row);
-                    let live = !deleted.is_some_and(|d| d.is_valid(row) && d.value(row))
-                        && shown.as_ref().is_none_or(|s| s.contains(k));
-                    newest.entry(k.to_string()).or_insert(live);
+                    if newest.contains_key(k) {
+                        continue;
+                    }
+                    let entry = if deleted.is_some_and(|d| d.is_valid(row) && d.value(row)) {
+                        (false, None)
+                    } else {
+                        match &shown {
+                            None => (true, None),
+                            Some(shown) => match shown.get(k) {
+                                Some(expires) => (true, *expires),
+                                None => (false, None),
+                            },
+                        }
+                    };
+                    newest.insert(k.to_string(), entry);
                 }
             }
         }
     }
     if newest.is_empty() {
-        return Ok(Some(base));
+        return Ok(Some(Tally {
+            count: base,
+            ..Tally::default()
+        }));
     }
     // Which of those keys `base` counted (through the key index).
     let mut in_base: usize = 0;
+    let mut removed = Vec::new();
     let keys: Vec<&str> = newest.keys().map(String::as_str).collect();
     for chunk in keys.chunks(1000) {
         let mut filter = key_filter(key, chunk);
@@ -342,31 +398,95 @@ pub(crate) async fn count_all(
             filter = filter.and(hide.clone());
         }
         let mut scan = view.dataset.scan();
-        scan.project(&[key])
-            .ctx("projecting the key")?
-            .filter_expr(filter);
-        in_base += column_values(scan, key).await?.len();
+        scan.project(
+            &[Some(key), expiry]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        )
+        .ctx("projecting the key")?
+        .filter_expr(filter);
+        let found = keyed_expiries(scan, key, expiry).await?;
+        in_base += found.len();
+        removed.extend(found.into_iter().filter_map(|(_, e)| e));
     }
-    let counted = newest.values().filter(|live| **live).count();
-    Ok(Some((base + counted as u64).saturating_sub(in_base as u64)))
+    let added: Vec<i64> = newest
+        .values()
+        .filter_map(|(live, expires)| expires.filter(|_| *live))
+        .collect();
+    let counted = newest.values().filter(|(live, _)| *live).count();
+    Ok(Some(Tally {
+        count: (base + counted as u64).saturating_sub(in_base as u64),
+        added,
+        removed,
+    }))
 }
 
-/// The non-null values of a Utf8 column a scan returns.
-async fn column_values(
+/// The rows a scan returns: the key, and with `expiry`, that column's value
+/// in microseconds ([`micros_up`]).
+async fn keyed_expiries(
     scan: lance::dataset::scanner::Scanner,
-    column: &str,
-) -> Result<Vec<String>> {
+    key: &str,
+    expiry: Option<&str>,
+) -> Result<Vec<(String, Option<i64>)>> {
     let mut out = Vec::new();
     let mut stream = scan.try_into_stream().await.ctx("reading keys")?;
     while let Some(batch) = stream.try_next().await.ctx("reading keys")? {
-        if let Some(col) = batch
-            .column_by_name(column)
+        let keys = batch
+            .column_by_name(key)
             .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-        {
-            out.extend(col.iter().flatten().map(str::to_string));
+            .ok_or_else(|| Error::internal("a scan lacks the key column"))?;
+        let expires = match expiry.and_then(|e| batch.column_by_name(e)) {
+            Some(column) => micros_up(column)?,
+            None => vec![None; batch.num_rows()],
+        };
+        for (k, e) in keys.iter().zip(expires) {
+            if let Some(k) = k {
+                out.push((k.to_string(), e));
+            }
         }
     }
     Ok(out)
+}
+
+/// A timestamp column in whole microseconds, rounded up: a row whose
+/// timestamp `t` is compared with a clock `now` in microseconds (a rule's
+/// `t > now` literal) has `t > now` exactly when `micros_up(t) > now`, in
+/// every unit. Nulls stay null; a non-timestamp column is an error.
+pub(crate) fn micros_up(column: &arrow_array::ArrayRef) -> Result<Vec<Option<i64>>> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    use arrow_schema::{DataType, TimeUnit};
+    let up = |v: i64, per: i64| v.div_euclid(per) + i64::from(v.rem_euclid(per) != 0);
+    Ok(match column.data_type() {
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => column
+            .as_primitive::<TimestampNanosecondType>()
+            .iter()
+            .map(|v| v.map(|v| up(v, 1000)))
+            .collect(),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => column
+            .as_primitive::<TimestampMicrosecondType>()
+            .iter()
+            .collect(),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => column
+            .as_primitive::<TimestampMillisecondType>()
+            .iter()
+            .map(|v| v.map(|v| v.saturating_mul(1000)))
+            .collect(),
+        DataType::Timestamp(TimeUnit::Second, _) => column
+            .as_primitive::<TimestampSecondType>()
+            .iter()
+            .map(|v| v.map(|v| v.saturating_mul(1_000_000)))
+            .collect(),
+        other => {
+            return Err(Error::internal(format!(
+                "an expiry column of type {other}, expected a timestamp"
+            )));
+        }
+    })
 }
 
 /// A stream of result batches in the logical schema.

@@ -189,11 +189,11 @@ impl Store {
         let now = now_micros();
         self.on_view(|view| async move {
             let known = self.rules.known(&view.dataset, now).await;
-            if let Some(c) = known
+            if let Some(c) = &known
                 && view.nothing_unmerged()
             {
                 // Nothing unmerged: the rule need not even be parsed.
-                return Ok(Some(c.visible));
+                return Ok(Some(c.at(now)));
             }
             let Some(hide) = self.visibility_expr(&Visibility {
                 now_micros: Some(now),
@@ -203,7 +203,7 @@ impl Store {
                 return Ok(None);
             };
             let base = match known {
-                Some(c) => c.visible,
+                Some(c) => c.at(now),
                 None => self.rules.counted(&view.dataset, &hide, now).await?,
             };
             crate::read::count_all(

@@ -8,9 +8,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMicrosecondType;
-use arrow_schema::{DataType, TimeUnit};
 use lance::Dataset;
 use lance::deps::datafusion::logical_expr::Expr;
 
@@ -138,7 +135,7 @@ impl Rules {
     /// or the one shared through the store; `None` when neither holds.
     pub(crate) async fn known(&self, dataset: &Dataset, now: i64) -> Option<VisibleCount> {
         let data = fingerprint(dataset);
-        let cached = *self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let cached = self.count.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(c) = cached
             && c.holds(data, now)
         {
@@ -149,7 +146,7 @@ impl Rules {
             && s.rule == self.rule_text()
             && s.count.holds(data, now)
         {
-            *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.count);
+            *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.count.clone());
             return Some(s.count);
         }
         None
@@ -158,7 +155,7 @@ impl Rules {
     /// Remember `count` and share it, unless the shared one is of a newer
     /// version.
     async fn keep(&self, dataset: &Dataset, count: VisibleCount) {
-        *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Some(count);
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) = Some(count.clone());
         let shared = SharedCount::read(dataset).await;
         if shared.is_none_or(|s| s.count.version <= count.version) {
             SharedCount {
@@ -176,21 +173,23 @@ impl Rules {
     pub(crate) async fn counted(&self, dataset: &Dataset, hide: &Expr, now: i64) -> Result<u64> {
         let mut scan = dataset.scan();
         scan.filter_expr(hide.clone());
-        let (visible, until) = if self.capabilities.lifecycle {
-            expiries(scan, now, "counting visible rows").await?
+        let (visible, expiring) = if self.capabilities.lifecycle {
+            expiries(scan, "counting visible rows").await?
         } else {
             let n = scan
                 .count_rows()
                 .await
                 .map_err(|e| Error::from_lance("counting visible rows", None, e))?;
-            (n, None)
+            (n, Vec::new())
         };
+        let (expiring, until) = listing(expiring, None);
         let count = VisibleCount {
             version: dataset.version().version,
             data: fingerprint(dataset),
             from: now,
             until,
             visible,
+            expiring,
         };
         self.keep(dataset, count).await;
         Ok(visible)
@@ -227,13 +226,15 @@ impl Rules {
                 from: now,
                 until: None,
                 visible: 0,
+                expiring: Vec::new(),
             }),
             None => None,
         };
         let Some(before) = before else {
             // Counting the whole new version here would make every merge as
-            // slow as a scan of the base table whenever the count lapsed (a
-            // row expired): the next `count()` takes it instead.
+            // slow as a scan of the base table whenever the count lapsed
+            // (rows past the listed expiries expired): the next `count()`
+            // takes it instead.
             tracing::debug!("no visible count known before the merge: none carried");
             return Ok(());
         };
@@ -253,39 +254,52 @@ impl Rules {
             }],
             generations: merged.generations.clone(),
         };
-        let Some(visible) = crate::read::count_all(
+        let Some(tally) = crate::read::tally(
             &view,
             &self.schemas.key,
             &merged.opener,
-            before.visible,
+            before.at(now),
             Some(&hide),
+            self.capabilities.lifecycle.then_some(EXPIRES_AT),
         )
         .await?
         else {
             return Ok(());
         };
-        // The merged rows' earliest expiry still ahead bounds the new count
-        // (conservatively: hidden or replaced rows included).
-        let mut until = before.until;
-        if self.capabilities.lifecycle {
-            for (_, path) in &merged.sstables {
-                let generation = merged
-                    .opener
-                    .open_generation(&merged.before, &merged.shard, path)
-                    .await?;
-                if generation.schema().field(EXPIRES_AT).is_none() {
-                    continue;
+        // The listed expiries still ahead, less those of the base rows the
+        // merge replaced (each listed once; one past `until` was never
+        // listed), plus those of the merged rows that count.
+        let mut expiring: Vec<i64> = before
+            .expiring
+            .iter()
+            .copied()
+            .filter(|&e| e > now)
+            .collect();
+        for gone in tally.removed {
+            if before.until.is_some_and(|u| gone >= u) {
+                continue;
+            }
+            match expiring.binary_search(&gone) {
+                Ok(at) => {
+                    expiring.remove(at);
                 }
-                let (_, first) = expiries(generation.scan(), now, "reading a generation").await?;
-                until = earliest(until, first);
+                Err(_) => {
+                    // A counted row's expiry the count did not list: the
+                    // count does not describe these rows; carry nothing.
+                    tracing::debug!("a replaced row's expiry was not listed: no count carried");
+                    return Ok(());
+                }
             }
         }
+        expiring.extend(tally.added);
+        let (expiring, until) = listing(expiring, before.until);
         let count = VisibleCount {
             version: merged.after.version().version,
             data: fingerprint(&merged.after),
             from: now,
             until,
-            visible,
+            visible: tally.count,
+            expiring,
         };
         self.keep(&merged.after, count).await;
         Ok(())
@@ -340,49 +354,63 @@ fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
     replaced.then_some(rule)
 }
 
-/// The rows `scan` yields and their earliest expiry not before `now` (it
-/// reads `expires_at` only).
+/// The rows `scan` yields and their expiries (it reads `expires_at` only),
+/// in microseconds rounded up ([`crate::read::micros_up`]): at most
+/// [`LISTED_EXPIRIES`]` + 1`, the earliest, are kept (what [`listing`]
+/// needs), whatever the number of rows.
 async fn expiries(
     mut scan: lance::dataset::scanner::Scanner,
-    now: i64,
     what: &str,
-) -> Result<(u64, Option<i64>)> {
+) -> Result<(u64, Vec<i64>)> {
     scan.project(&[EXPIRES_AT])
         .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
     let mut stream = scan
         .try_into_stream()
         .await
         .map_err(|e| Error::from_lance(what, None, e))?;
-    let (mut rows, mut until) = (0u64, None::<i64>);
+    let mut rows = 0u64;
+    // The earliest expiries seen, the latest of them on top.
+    let mut earliest = std::collections::BinaryHeap::with_capacity(LISTED_EXPIRIES + 1);
     while let Some(batch) = futures::TryStreamExt::try_next(&mut stream)
         .await
         .map_err(|e| Error::from_lance(what, None, e))?
     {
         rows += batch.num_rows() as u64;
-        until = earliest(until, first_expiry(batch.column(0), now)?);
+        for e in crate::read::micros_up(batch.column(0))?
+            .into_iter()
+            .flatten()
+        {
+            if earliest.len() <= LISTED_EXPIRIES {
+                earliest.push(e);
+            } else if earliest.peek().is_some_and(|&top| e < top) {
+                earliest.pop();
+                earliest.push(e);
+            }
+        }
     }
-    Ok((rows, until))
+    Ok((rows, earliest.into_vec()))
 }
 
-/// The earlier of two expiries (`None`: never).
-fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
+/// How many expiries a count lists (see [`VisibleCount`]): past that many
+/// expiries, the count lapses and is taken again.
+const LISTED_EXPIRIES: usize = 4096;
 
-/// The earliest expiry not before `now` in a column of `expires_at` values
-/// (read in microseconds, rounded down: a finer expiry within `now`'s
-/// microsecond makes the count lapse at once, never hold too long).
-fn first_expiry(column: &arrow_array::ArrayRef, now: i64) -> Result<Option<i64>> {
-    let micros = arrow_cast::cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
-    Ok(micros
-        .as_primitive::<TimestampMicrosecondType>()
-        .iter()
-        .flatten()
-        .filter(|&t| t >= now)
-        .min())
+/// A count's expiry list from the expiries of the rows it counts (any order)
+/// and the bound `until` already had: the earliest [`LISTED_EXPIRIES`] below
+/// it, ascending, and the new bound — the first expiry not listed.
+fn listing(mut expiring: Vec<i64>, until: Option<i64>) -> (Vec<i64>, Option<i64>) {
+    if let Some(u) = until {
+        expiring.retain(|&e| e < u);
+    }
+    expiring.sort_unstable();
+    if expiring.len() <= LISTED_EXPIRIES {
+        return (expiring, until);
+    }
+    let first_unlisted = expiring[LISTED_EXPIRIES];
+    // Equal expiries are listed together or not at all.
+    let keep = expiring.partition_point(|&e| e < first_unlisted);
+    expiring.truncate(keep);
+    (expiring, Some(first_unlisted))
 }
 
 /// What the rows of `dataset`'s base table are made of: its columns (name,
@@ -422,24 +450,35 @@ pub(crate) fn fingerprint(dataset: &Dataset) -> u64 {
     hash
 }
 
-/// The base table's visible rows at one version, and how long that holds:
-/// from `from` until the first visible row expires (`until`, exclusive; `None`
-/// when none will). Rows hidden by expiry never show again, and nothing else
-/// in the visibility rule depends on the clock. It holds for every version
-/// with the same rows (`data`, see [`fingerprint`]); `version` only orders
-/// shared counts.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The base table's visible rows at one version, and how long that holds.
+///
+/// `visible` rows were visible at `from`. Nothing in the visibility rule
+/// depends on the clock but expiry, and a row hidden by expiry never shows
+/// again: the count at a later time is `visible` less the rows whose expiry
+/// has passed. `expiring` lists those expiries (microseconds rounded up:
+/// a row shows while `now` is before its entry), ascending — every counted
+/// row's expiry before `until` (exclusive; `None`: all of them), so the
+/// count holds from `from` until `until`, for every version with the same
+/// rows (`data`, see [`fingerprint`]). `version` only orders shared counts.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct VisibleCount {
     version: u64,
     data: u64,
     from: i64,
     until: Option<i64>,
-    pub(crate) visible: u64,
+    visible: u64,
+    expiring: Vec<i64>,
 }
 
 impl VisibleCount {
     fn holds(&self, data: u64, now: i64) -> bool {
         self.data == data && now >= self.from && self.until.is_none_or(|u| now < u)
+    }
+
+    /// The visible rows at `now` (a time the count [`Self::holds`] for).
+    pub(crate) fn at(&self, now: i64) -> u64 {
+        let expired = self.expiring.partition_point(|&e| e <= now) as u64;
+        self.visible.saturating_sub(expired)
     }
 }
 
@@ -461,43 +500,66 @@ struct SharedCount {
 
 impl SharedCount {
     /// Format tag: a change of the line's meaning changes it.
-    const TAG: &'static str = "v2";
+    const TAG: &'static str = "v3";
 
     fn path(dataset: &Dataset) -> object_store::path::Path {
         crate::dataset::engine_dir(dataset).join("visible_count")
     }
 
-    /// `v2 <version> <data fingerprint, hex> <from> <until or -> <visible> <rule>`
+    /// `v3 <version> <data fingerprint, hex> <from> <until or -> <visible>
+    /// <expiring, comma-separated, or -> <rule>`
     fn encode(&self) -> String {
         let c = &self.count;
         let until = c.until.map_or("-".to_string(), |u| u.to_string());
+        let expiring = if c.expiring.is_empty() {
+            "-".to_string()
+        } else {
+            let listed: Vec<String> = c.expiring.iter().map(i64::to_string).collect();
+            listed.join(",")
+        };
         format!(
-            "{} {} {:016x} {} {} {} {}\n",
+            "{} {} {:016x} {} {} {} {} {}\n",
             Self::TAG,
             c.version,
             c.data,
             c.from,
             until,
             c.visible,
+            expiring,
             self.rule
         )
     }
 
-    /// `None` for anything that does not parse (a torn or foreign write):
-    /// the count is then taken again.
+    /// `None` for anything that does not parse (a torn or foreign write, an
+    /// expiry list out of order or past `until`): the count is then taken
+    /// again.
     fn decode(text: &str) -> Option<Self> {
-        let mut parts = text.strip_suffix('\n')?.splitn(7, ' ');
+        let mut parts = text.strip_suffix('\n')?.splitn(8, ' ');
         if parts.next()? != Self::TAG {
             return None;
         }
         let version = parts.next()?.parse().ok()?;
         let data = u64::from_str_radix(parts.next()?, 16).ok()?;
-        let from = parts.next()?.parse().ok()?;
-        let until = match parts.next()? {
+        let from: i64 = parts.next()?.parse().ok()?;
+        let until: Option<i64> = match parts.next()? {
             "-" => None,
             u => Some(u.parse().ok()?),
         };
-        let visible = parts.next()?.parse().ok()?;
+        let visible: u64 = parts.next()?.parse().ok()?;
+        let expiring: Vec<i64> = match parts.next()? {
+            "-" => Vec::new(),
+            listed => listed
+                .split(',')
+                .map(|e| e.parse().ok())
+                .collect::<Option<_>>()?,
+        };
+        let ordered = expiring.windows(2).all(|w| w[0] <= w[1]);
+        let bounded = expiring
+            .iter()
+            .all(|&e| e > from && until.is_none_or(|u| e < u));
+        if !ordered || !bounded || expiring.len() as u64 > visible {
+            return None;
+        }
         let rule = parts.next()?.to_string();
         Some(Self {
             count: VisibleCount {
@@ -506,6 +568,7 @@ impl SharedCount {
                 from,
                 until,
                 visible,
+                expiring,
             },
             rule,
         })
@@ -546,7 +609,7 @@ impl SharedCount {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_schema::Schema;
+    use arrow_schema::{DataType, Schema, TimeUnit};
 
     #[test]
     fn the_cached_rule_takes_the_clock_in_the_unit_of_the_column() {
@@ -581,6 +644,7 @@ mod tests {
                 from: 1_700_000_000_000_000,
                 until: Some(1_800_000_000_000_000),
                 visible: 999_983,
+                expiring: vec![1_700_000_000_000_001, 1_750_000_000_000_000],
             },
             rule: "(content_type IS NULL OR content_type <> 'tombstone')".to_string(),
         };
@@ -588,7 +652,8 @@ mod tests {
         let forever = SharedCount {
             count: VisibleCount {
                 until: None,
-                ..shared.count
+                expiring: Vec::new(),
+                ..shared.count.clone()
             },
             ..shared.clone()
         };
@@ -597,7 +662,20 @@ mod tests {
         let text = shared.encode();
         assert_eq!(SharedCount::decode(&text[..text.len() / 2]), None);
         assert_eq!(SharedCount::decode(""), None);
-        assert_eq!(SharedCount::decode(&text.replacen("v2", "v1", 1)), None);
+        assert_eq!(SharedCount::decode(&text.replacen("v3", "v2", 1)), None);
+        // An expiry list out of order, at or before `from`, at or past
+        // `until`, or longer than the count.
+        let with_list = |list: &str| text.replacen("1700000000000001,1750000000000000", list, 1);
+        assert!(SharedCount::decode(&with_list("1700000000000001,1750000000000000")).is_some());
+        assert_eq!(
+            SharedCount::decode(&with_list("1750000000000000,1700000000000001")),
+            None
+        );
+        assert_eq!(SharedCount::decode(&with_list("1700000000000000")), None);
+        assert_eq!(SharedCount::decode(&with_list("1800000000000000")), None);
+        assert_eq!(SharedCount::decode(&with_list("1700000000000001,x")), None);
+        let short = text.replacen(" 999983 ", " 1 ", 1);
+        assert_eq!(SharedCount::decode(&short), None);
         assert_eq!(
             SharedCount::decode(&text.replacen("999983", "many", 1)),
             None
@@ -609,20 +687,59 @@ mod tests {
     }
 
     #[test]
-    fn a_count_holds_for_its_rows_until_the_first_expiry_only() {
+    fn a_count_holds_for_its_rows_until_the_first_unlisted_expiry() {
         let count = VisibleCount {
             version: 3,
             data: 7,
             from: 100,
             until: Some(200),
             visible: 5,
+            expiring: vec![120, 150, 150],
         };
         assert!(count.holds(7, 100) && count.holds(7, 199));
         assert!(!count.holds(8, 150), "other rows");
-        assert!(!count.holds(7, 200), "a row expired");
+        assert!(!count.holds(7, 200), "a row past the list expired");
         assert!(!count.holds(7, 99), "before it was taken");
-        assert_eq!(earliest(None, Some(3)), Some(3));
-        assert_eq!(earliest(Some(2), Some(3)), Some(2));
-        assert_eq!(earliest(None, None), None);
+        // A row shows while the clock is before its (rounded-up) expiry.
+        assert_eq!(count.at(100), 5);
+        assert_eq!(count.at(119), 5);
+        assert_eq!(count.at(120), 4);
+        assert_eq!(count.at(149), 4);
+        assert_eq!(count.at(150), 2);
+        assert_eq!(count.at(199), 2);
+    }
+
+    #[test]
+    fn a_listing_keeps_the_earliest_expiries_and_bounds_the_rest() {
+        assert_eq!(listing(vec![5, 3, 9], None), (vec![3, 5, 9], None));
+        assert_eq!(listing(vec![5, 3, 9], Some(9)), (vec![3, 5], Some(9)));
+        let many: Vec<i64> = (0..LISTED_EXPIRIES as i64 + 10).rev().collect();
+        let (listed, until) = listing(many, None);
+        assert_eq!(listed.len(), LISTED_EXPIRIES);
+        assert_eq!(listed[0], 0);
+        assert_eq!(until, Some(LISTED_EXPIRIES as i64));
+        // Equal expiries are listed together or not at all.
+        let mut tied = vec![1; LISTED_EXPIRIES - 1];
+        tied.extend([7, 7, 8]);
+        let (listed, until) = listing(tied, Some(100));
+        assert_eq!((listed.len(), until), (LISTED_EXPIRIES - 1, Some(7)));
+    }
+
+    #[test]
+    fn expiries_round_up_to_the_microsecond_the_rule_compares_them_at() {
+        use arrow_array::{ArrayRef, TimestampMillisecondArray, TimestampNanosecondArray};
+        let nanos: ArrayRef = std::sync::Arc::new(TimestampNanosecondArray::from(vec![
+            Some(5_000),
+            Some(5_001),
+            Some(5_999),
+            None,
+            Some(-1_500),
+        ]));
+        assert_eq!(
+            crate::read::micros_up(&nanos).unwrap(),
+            vec![Some(5), Some(6), Some(6), None, Some(-1)]
+        );
+        let millis: ArrayRef = std::sync::Arc::new(TimestampMillisecondArray::from(vec![7]));
+        assert_eq!(crate::read::micros_up(&millis).unwrap(), vec![Some(7_000)]);
     }
 }

@@ -194,7 +194,7 @@ pub async fn run(
     gr.sort();
     let line = |what: &str, p: Duration, r: Duration| {
         println!(
-            "{what:<28} plain {:>8.2} ms | capabilities {:>8.2} ms | ratio {:.2}",
+            "{what:<44} plain {:>8.2} ms | capabilities {:>8.2} ms | ratio {:.2}",
             ms(p),
             ms(r),
             r.as_secs_f64() / p.as_secs_f64().max(1e-9)
@@ -212,8 +212,11 @@ pub async fn run(
     // and shares it through the store (`_lance_context/visible_count`); a
     // merge carries it to the version it makes. "after a merge": 1,000 rows
     // added and merged, then a new handle counts (the first count of that
-    // version). "cold": the shared count removed first, as for a store whose
-    // count nothing kept (the base table's visibility columns are read).
+    // version). "after an expiry passed": those rows expire 300 ms after
+    // they are written, and a new handle counts once they have (the count's
+    // expiry list takes them off). "cold": the shared count removed first, as
+    // for a store whose count nothing kept (the base table's visibility
+    // columns are read).
     let count_on_a_new_handle = async |caps: bool| -> Result<Duration> {
         let (name, capabilities) = match caps {
             true => ("records", all_capabilities()),
@@ -233,13 +236,29 @@ pub async fn run(
         Ok(took)
     };
     let (mut mp, mut mr, mut cp, mut cold) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ep, mut er) = (Vec::new(), Vec::new());
     for i in 0..10 {
         for caps in [i % 2 == 0, i % 2 == 1] {
             let store = if caps { &pair.records } else { &pair.plain };
             // Keys and runs apart from the loaded ones (filtered scans below).
-            store.add(&batch("m", rows * 2 + i * 1000, 1000)?).await?;
+            let b = batch("m", rows * 2 + i * 1000, 1000)?;
+            let expires = chrono::Utc::now().timestamp_micros() + 300_000;
+            let mut columns = b.columns().to_vec();
+            columns[5] = Arc::new(TimestampMicrosecondArray::from(vec![expires; 1000]));
+            store
+                .add(&RecordBatch::try_new(b.schema(), columns)?)
+                .await?;
             store.merge().await?;
             let took = count_on_a_new_handle(caps).await?;
+            while chrono::Utc::now().timestamp_micros() <= expires {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let after_expiry = count_on_a_new_handle(caps).await?;
+            if caps {
+                er.push(after_expiry);
+            } else {
+                ep.push(after_expiry);
+            }
             if caps {
                 mr.push(took);
                 let path = dir
@@ -255,13 +274,18 @@ pub async fn run(
             }
         }
     }
-    for v in [&mut mp, &mut mr, &mut cp, &mut cold] {
+    for v in [&mut mp, &mut mr, &mut ep, &mut er, &mut cp, &mut cold] {
         v.sort();
     }
     line(
         "count (new handle, after a merge)",
         percentile(&mp, 0.5),
         percentile(&mr, 0.5),
+    );
+    line(
+        "count (new handle, after an expiry passed)",
+        percentile(&ep, 0.5),
+        percentile(&er, 0.5),
     );
     line(
         "count (new handle, cold)",
