@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use arrow_schema::{DataType, TimeUnit};
 use lance::Dataset;
 use lance::deps::datafusion::logical_expr::Expr;
 
@@ -61,7 +62,7 @@ impl Rules {
         let rule = match cached {
             Some(rule) => rule,
             None => {
-                let rule = self.parse(v, NOW_STAND_IN)?;
+                let rule = self.parse(v)?;
                 self.parsed
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -76,17 +77,26 @@ impl Rules {
             return Ok(Some(rule));
         }
         let now = v.now_micros.unwrap_or_else(now_micros);
-        match with_clock(rule, now) {
+        let column = self
+            .schemas
+            .stored
+            .field_with_name(EXPIRES_AT)
+            .map(|f| f.data_type().clone())
+            .map_err(|_| Error::internal("the lifecycle rule without expires_at"))?;
+        match with_clock(rule, now, &column) {
             Some(rule) => Ok(Some(rule)),
-            // The literal took a form not recognised: parse it as it is.
-            None => self.parse(v, now),
+            // Text with the clock in it would be read in the column's zone:
+            // a rule whose clock cannot be set is refused, never guessed.
+            None => Err(Error::internal(
+                "the visibility rule's clock was not found in the parsed rule",
+            )),
         }
     }
 
-    /// The rule for `v` with `now` as the clock, parsed from text built from
-    /// the engine's own constants and typed literals only.
-    fn parse(&self, v: &Visibility, now: i64) -> Result<Option<Expr>> {
-        let Some(text) = self.source(v, now) else {
+    /// The rule for `v` with [`NOW_STAND_IN`] as the clock, parsed from text
+    /// built from the engine's own constants and typed literals only.
+    fn parse(&self, v: &Visibility) -> Result<Option<Expr>> {
+        let Some(text) = self.source(v, NOW_STAND_IN) else {
             return Ok(None);
         };
         parse_filter(&self.schemas.stored, &text)
@@ -327,27 +337,46 @@ fn timestamp_text(micros: i64) -> String {
 /// to be mistaken for any other literal.
 const NOW_STAND_IN: i64 = 946_684_800_123_457;
 
-/// `rule` with [`NOW_STAND_IN`]'s literal replaced by `now` (the parser keeps
-/// a timestamp literal as its text, cast to the column's type), or `None`
-/// when no such literal was found.
-fn with_clock(rule: Expr, now: i64) -> Option<Expr> {
+/// `rule` with [`NOW_STAND_IN`]'s literal (the parser keeps a timestamp
+/// literal as its text, cast to a zone-less timestamp) replaced by `now` as a
+/// literal of `column`'s own type — its unit (rounded down: `t > ⌊now⌋` is
+/// `t > now` for whole units) and its zone, so the comparison is of instants
+/// with no cast at all (a zone-less text literal compared with a zoned column
+/// would be read as that zone's local time). `None` when no such literal was
+/// found or `column` is not a timestamp.
+fn with_clock(rule: Expr, now: i64, column: &DataType) -> Option<Expr> {
     use lance::deps::datafusion::common::ScalarValue;
     use lance::deps::datafusion::common::tree_node::{Transformed, TreeNode};
+    let clock = match column {
+        DataType::Timestamp(TimeUnit::Second, tz) => {
+            ScalarValue::TimestampSecond(Some(now.div_euclid(1_000_000)), tz.clone())
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, tz) => {
+            ScalarValue::TimestampMillisecond(Some(now.div_euclid(1_000)), tz.clone())
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+            ScalarValue::TimestampMicrosecond(Some(now), tz.clone())
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, tz) => {
+            ScalarValue::TimestampNanosecond(Some(now.checked_mul(1_000)?), tz.clone())
+        }
+        _ => return None,
+    };
     let stand_in = timestamp_text(NOW_STAND_IN);
+    let is_stand_in = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(text)), _) if *text == stand_in);
     let mut replaced = false;
     let rule = rule
-        .transform(|e| {
-            let Expr::Literal(value, meta) = &e else {
+        .transform_down(|e| {
+            let found = match &e {
+                Expr::Cast(c) => is_stand_in(&c.expr),
+                Expr::TryCast(c) => is_stand_in(&c.expr),
+                other => is_stand_in(other),
+            };
+            if !found {
                 return Ok(Transformed::no(e));
-            };
-            let value = match value {
-                ScalarValue::Utf8(Some(text)) if *text == stand_in => {
-                    ScalarValue::Utf8(Some(timestamp_text(now)))
-                }
-                _ => return Ok(Transformed::no(e)),
-            };
+            }
             replaced = true;
-            Ok(Transformed::yes(Expr::Literal(value, meta.clone())))
+            Ok(Transformed::yes(Expr::Literal(clock.clone(), None)))
         })
         .ok()?
         .data;
@@ -380,15 +409,20 @@ async fn expiries(
             .into_iter()
             .flatten()
         {
-            if earliest.len() <= LISTED_EXPIRIES {
-                earliest.push(e);
-            } else if earliest.peek().is_some_and(|&top| e < top) {
-                earliest.pop();
-                earliest.push(e);
-            }
+            keep_earliest(&mut earliest, e);
         }
     }
     Ok((rows, earliest.into_vec()))
+}
+
+/// Keep `e` among the [`LISTED_EXPIRIES`]` + 1` earliest expiries in `heap`.
+fn keep_earliest(heap: &mut std::collections::BinaryHeap<i64>, e: i64) {
+    if heap.len() <= LISTED_EXPIRIES {
+        heap.push(e);
+    } else if heap.peek().is_some_and(|&top| e < top) {
+        heap.pop();
+        heap.push(e);
+    }
 }
 
 /// How many expiries a count lists (see [`VisibleCount`]): past that many
@@ -507,15 +541,23 @@ impl SharedCount {
     }
 
     /// `v3 <version> <data fingerprint, hex> <from> <until or -> <visible>
-    /// <expiring, comma-separated, or -> <rule>`
+    /// <expiring, comma-separated, runs as expiry*rows; or -> <rule>`
     fn encode(&self) -> String {
         let c = &self.count;
         let until = c.until.map_or("-".to_string(), |u| u.to_string());
         let expiring = if c.expiring.is_empty() {
             "-".to_string()
         } else {
-            let listed: Vec<String> = c.expiring.iter().map(i64::to_string).collect();
-            listed.join(",")
+            // Runs of one expiry (rows written together with one time to
+            // live) as `<expiry>*<rows>`.
+            let mut runs: Vec<String> = Vec::new();
+            for run in c.expiring.chunk_by(|a, b| a == b) {
+                runs.push(match run.len() {
+                    1 => run[0].to_string(),
+                    n => format!("{}*{n}", run[0]),
+                });
+            }
+            runs.join(",")
         };
         format!(
             "{} {} {:016x} {} {} {} {} {}\n",
@@ -546,13 +588,22 @@ impl SharedCount {
             u => Some(u.parse().ok()?),
         };
         let visible: u64 = parts.next()?.parse().ok()?;
-        let expiring: Vec<i64> = match parts.next()? {
-            "-" => Vec::new(),
-            listed => listed
-                .split(',')
-                .map(|e| e.parse().ok())
-                .collect::<Option<_>>()?,
-        };
+        let mut expiring: Vec<i64> = Vec::new();
+        match parts.next()? {
+            "-" => {}
+            listed => {
+                for run in listed.split(',') {
+                    let (e, n): (i64, usize) = match run.split_once('*') {
+                        Some((e, n)) => (e.parse().ok()?, n.parse::<usize>().ok()?),
+                        None => (run.parse().ok()?, 1),
+                    };
+                    if n == 0 || expiring.len() + n > LISTED_EXPIRIES {
+                        return None;
+                    }
+                    expiring.extend(std::iter::repeat_n(e, n));
+                }
+            }
+        }
         let ordered = expiring.windows(2).all(|w| w[0] <= w[1]);
         let bounded = expiring
             .iter()
@@ -608,29 +659,89 @@ impl SharedCount {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use arrow_schema::{DataType, Schema, TimeUnit};
+    use std::sync::Arc;
 
+    use super::*;
+    use arrow_schema::Schema;
+
+    /// The clocked rule hides a row exactly when its expiry, rounded up to
+    /// the microsecond ([`crate::read::micros_up`], what a count lists), is
+    /// not after `now` — in every unit and zone a column may have.
     #[test]
-    fn the_cached_rule_takes_the_clock_in_the_unit_of_the_column() {
-        for tz in [None, Some("UTC".into())] {
-            for unit in [TimeUnit::Microsecond, TimeUnit::Nanosecond] {
-                let schema = Schema::new(vec![arrow_schema::Field::new(
+    fn the_clocked_rule_hides_exactly_what_a_count_lists_as_expired() {
+        use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
+        use lance::deps::datafusion::common::DFSchema;
+        let now: i64 = 1_790_000_000_654_321;
+        let zones: [Option<&str>; 5] = [
+            None,
+            Some("UTC"),
+            Some("+05:00"),
+            Some("-05:00"),
+            Some("America/New_York"),
+        ];
+        for tz in zones {
+            for unit in [
+                TimeUnit::Second,
+                TimeUnit::Millisecond,
+                TimeUnit::Microsecond,
+                TimeUnit::Nanosecond,
+            ] {
+                let data_type = DataType::Timestamp(unit, tz.map(Into::into));
+                let schema = Arc::new(Schema::new(vec![arrow_schema::Field::new(
                     EXPIRES_AT,
-                    DataType::Timestamp(unit, tz.clone()),
+                    data_type.clone(),
                     true,
-                )]);
-                let text = |now| {
-                    format!(
-                        "{EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {}",
-                        timestamp_literal(now)
-                    )
+                )]));
+                let text = format!(
+                    "{EXPIRES_AT} IS NULL OR {EXPIRES_AT} > {}",
+                    timestamp_literal(NOW_STAND_IN)
+                );
+                let rule = parse_filter(&schema, &text).unwrap();
+                let clocked = with_clock(rule, now, &data_type).expect("the stand-in is found");
+                // Expiries around `now`, in the column's unit: one unit
+                // before, at and after it, and a microsecond either side.
+                let in_unit = |micros: i64| match unit {
+                    TimeUnit::Second => micros.div_euclid(1_000_000),
+                    TimeUnit::Millisecond => micros.div_euclid(1_000),
+                    TimeUnit::Microsecond => micros,
+                    TimeUnit::Nanosecond => micros * 1_000,
                 };
-                let rule = parse_filter(&schema, &text(NOW_STAND_IN)).unwrap();
-                let now = 1_790_000_000_654_321;
-                let clocked = with_clock(rule, now).expect("the stand-in is found");
-                let parsed = parse_filter(&schema, &text(now)).unwrap();
-                assert_eq!(clocked, parsed, "{unit:?} {tz:?}");
+                let mut values: Vec<i64> = Vec::new();
+                for micros in [
+                    now - 1,
+                    now,
+                    now + 1,
+                    now - 3_600_000_000,
+                    now + 3_600_000_000,
+                ] {
+                    let at = in_unit(micros);
+                    values.extend([at - 1, at, at + 1]);
+                }
+                let column: ArrayRef = arrow_cast::cast(
+                    &(Arc::new(arrow_array::Int64Array::from(values.clone())) as ArrayRef),
+                    &data_type,
+                )
+                .unwrap();
+                let batch = RecordBatch::try_new(schema.clone(), vec![column.clone()]).unwrap();
+                let df_schema = DFSchema::try_from(schema.as_ref().clone()).unwrap();
+                let shown = crate::read::session()
+                    .create_physical_expr(clocked, &df_schema)
+                    .unwrap()
+                    .evaluate(&batch)
+                    .unwrap()
+                    .into_array(batch.num_rows())
+                    .unwrap();
+                let shown = shown.as_any().downcast_ref::<BooleanArray>().unwrap();
+                let expiries = crate::read::micros_up(&column).unwrap();
+                for (i, e) in expiries.iter().enumerate() {
+                    let e = e.unwrap();
+                    assert_eq!(
+                        shown.value(i),
+                        e > now,
+                        "{unit:?} {tz:?}: expiry {} ({e} µs) against {now}",
+                        values[i]
+                    );
+                }
             }
         }
     }
@@ -644,7 +755,12 @@ mod tests {
                 from: 1_700_000_000_000_000,
                 until: Some(1_800_000_000_000_000),
                 visible: 999_983,
-                expiring: vec![1_700_000_000_000_001, 1_750_000_000_000_000],
+                expiring: vec![
+                    1_700_000_000_000_001,
+                    1_750_000_000_000_000,
+                    1_750_000_000_000_000,
+                    1_750_000_000_000_000,
+                ],
             },
             rule: "(content_type IS NULL OR content_type <> 'tombstone')".to_string(),
         };
@@ -665,8 +781,15 @@ mod tests {
         assert_eq!(SharedCount::decode(&text.replacen("v3", "v2", 1)), None);
         // An expiry list out of order, at or before `from`, at or past
         // `until`, or longer than the count.
-        let with_list = |list: &str| text.replacen("1700000000000001,1750000000000000", list, 1);
+        assert!(
+            text.contains(" 1700000000000001,1750000000000000*3 "),
+            "{text}"
+        );
+        let with_list = |list: &str| text.replacen("1700000000000001,1750000000000000*3", list, 1);
         assert!(SharedCount::decode(&with_list("1700000000000001,1750000000000000")).is_some());
+        assert_eq!(SharedCount::decode(&with_list("1750000000000000*0")), None);
+        let too_many = format!("1750000000000000*{}", LISTED_EXPIRIES + 1);
+        assert_eq!(SharedCount::decode(&with_list(&too_many)), None);
         assert_eq!(
             SharedCount::decode(&with_list("1750000000000000,1700000000000001")),
             None
@@ -723,6 +846,16 @@ mod tests {
         tied.extend([7, 7, 8]);
         let (listed, until) = listing(tied, Some(100));
         assert_eq!((listed.len(), until), (LISTED_EXPIRIES - 1, Some(7)));
+        // A scan keeps the earliest expiries whatever their order.
+        let mut heap = std::collections::BinaryHeap::new();
+        let n = 3 * LISTED_EXPIRIES as i64;
+        for i in 0..n {
+            keep_earliest(&mut heap, (i * 7_919) % n);
+        }
+        let (listed, until) = listing(heap.into_vec(), None);
+        let expected: Vec<i64> = (0..LISTED_EXPIRIES as i64).collect();
+        assert_eq!(listed, expected);
+        assert_eq!(until, Some(LISTED_EXPIRIES as i64));
     }
 
     #[test]
