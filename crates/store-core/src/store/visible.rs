@@ -87,9 +87,10 @@ impl Rules {
             Some(rule) => Ok(Some(rule)),
             // Text with the clock in it would be read in the column's zone:
             // a rule whose clock cannot be set is refused, never guessed.
-            None => Err(Error::internal(
-                "the visibility rule's clock was not found in the parsed rule",
-            )),
+            None => Err(Error::internal(format!(
+                "the visibility rule's clock could not be set (expires_at is {column}; \
+                 a timestamp literal was expected in the parsed rule)"
+            ))),
         }
     }
 
@@ -358,7 +359,9 @@ fn with_clock(rule: Expr, now: i64, column: &DataType) -> Option<Expr> {
             ScalarValue::TimestampMicrosecond(Some(now), tz.clone())
         }
         DataType::Timestamp(TimeUnit::Nanosecond, tz) => {
-            ScalarValue::TimestampNanosecond(Some(now.checked_mul(1_000)?), tz.clone())
+            // Past the year 2262 (a caller's clock, `Visibility::now_micros`):
+            // nothing expires after the largest instant.
+            ScalarValue::TimestampNanosecond(Some(now.saturating_mul(1_000)), tz.clone())
         }
         _ => return None,
     };
@@ -597,7 +600,7 @@ impl SharedCount {
                         Some((e, n)) => (e.parse().ok()?, n.parse::<usize>().ok()?),
                         None => (run.parse().ok()?, 1),
                     };
-                    if n == 0 || expiring.len() + n > LISTED_EXPIRIES {
+                    if n == 0 || n > LISTED_EXPIRIES - expiring.len() {
                         return None;
                     }
                     expiring.extend(std::iter::repeat_n(e, n));
@@ -697,6 +700,10 @@ mod tests {
                     timestamp_literal(NOW_STAND_IN)
                 );
                 let rule = parse_filter(&schema, &text).unwrap();
+                assert!(
+                    with_clock(rule.clone(), i64::MAX, &data_type).is_some(),
+                    "{unit:?} {tz:?}: a clock at the end of time"
+                );
                 let clocked = with_clock(rule, now, &data_type).expect("the stand-in is found");
                 // Expiries around `now`, in the column's unit: one unit
                 // before, at and after it, and a microsecond either side.
@@ -790,6 +797,9 @@ mod tests {
         assert_eq!(SharedCount::decode(&with_list("1750000000000000*0")), None);
         let too_many = format!("1750000000000000*{}", LISTED_EXPIRIES + 1);
         assert_eq!(SharedCount::decode(&with_list(&too_many)), None);
+        // A run that would wrap the length around is refused, not a panic.
+        let wrapping = format!("1750000000000000,1750000000000000*{}", usize::MAX);
+        assert_eq!(SharedCount::decode(&with_list(&wrapping)), None);
         assert_eq!(
             SharedCount::decode(&with_list("1750000000000000,1700000000000001")),
             None
