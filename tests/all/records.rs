@@ -1169,6 +1169,17 @@ async fn a_count_is_shared_with_the_next_handle_for_that_version_only() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), rewritten);
 }
 
+/// The fields of the shared count file at `path`: `v3 <version> <data
+/// fingerprint> <from> <until> <visible> <expiring> <rule>`.
+fn shared_count_fields(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .expect("a count is shared")
+        .trim_end()
+        .splitn(8, ' ')
+        .map(str::to_string)
+        .collect()
+}
+
 /// A merge carries the visible count to the version it makes: the count of
 /// the version it merged into, adjusted by the generations it merged, shared
 /// before any `count()` — so the first count of a new base version, in any
@@ -1182,14 +1193,7 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
     let soon = (clock + 3_600_000_000).to_string();
     let later = (clock + 7_200_000_000).to_string();
     let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
-    let fields = || -> Vec<String> {
-        std::fs::read_to_string(&path)
-            .expect("a count is shared")
-            .trim_end()
-            .splitn(8, ' ')
-            .map(str::to_string)
-            .collect()
-    };
+    let fields = || shared_count_fields(&path);
     {
         let store = store(&uri).await;
         store
@@ -1288,14 +1292,7 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
 async fn a_count_follows_its_listed_expiries_without_reading_the_table() {
     let (_dir, uri) = temp_uri();
     let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
-    let fields = || -> Vec<String> {
-        std::fs::read_to_string(&path)
-            .expect("a count is shared")
-            .trim_end()
-            .splitn(8, ' ')
-            .map(str::to_string)
-            .collect()
-    };
+    let fields = || shared_count_fields(&path);
     let store = store(&uri).await;
     let clock = clock_micros();
     // Far enough ahead for what comes before the wait, on a loaded machine.

@@ -324,23 +324,12 @@ pub(crate) async fn tally(
             // with their expiries when tracked.
             let shown: Option<HashMap<String, Option<i64>>> = match hide {
                 None => None,
-                Some(hide) => {
-                    let mut scan = generation.scan();
-                    scan.project(
-                        &[Some(key), expiry]
-                            .into_iter()
-                            .flatten()
-                            .collect::<Vec<_>>(),
-                    )
-                    .ctx("projecting the key")?
-                    .filter_expr(hide.clone());
-                    Some(
-                        keyed_expiries(scan, key, expiry)
-                            .await?
-                            .into_iter()
-                            .collect(),
-                    )
-                }
+                Some(hide) => Some(
+                    keyed_where(&generation, key, expiry, hide.clone())
+                        .await?
+                        .into_iter()
+                        .collect(),
+                ),
             };
             let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
             let mut columns = vec![key];
@@ -397,16 +386,7 @@ pub(crate) async fn tally(
         if let Some(hide) = hide {
             filter = filter.and(hide.clone());
         }
-        let mut scan = view.dataset.scan();
-        scan.project(
-            &[Some(key), expiry]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>(),
-        )
-        .ctx("projecting the key")?
-        .filter_expr(filter);
-        let found = keyed_expiries(scan, key, expiry).await?;
+        let found = keyed_where(&view.dataset, key, expiry, filter).await?;
         in_base += found.len();
         removed.extend(found.into_iter().filter_map(|(_, e)| e));
     }
@@ -422,13 +402,19 @@ pub(crate) async fn tally(
     }))
 }
 
-/// The rows a scan returns: the key, and with `expiry`, that column's value
-/// in microseconds ([`micros_up`]).
-async fn keyed_expiries(
-    scan: lance::dataset::scanner::Scanner,
+/// The rows of `dataset` matching `filter`: the key, and with `expiry`,
+/// that column's value in microseconds ([`micros_up`]).
+async fn keyed_where(
+    dataset: &Dataset,
     key: &str,
     expiry: Option<&str>,
+    filter: Expr,
 ) -> Result<Vec<(String, Option<i64>)>> {
+    let columns: Vec<&str> = [Some(key), expiry].into_iter().flatten().collect();
+    let mut scan = dataset.scan();
+    scan.project(&columns)
+        .ctx("projecting the key")?
+        .filter_expr(filter);
     let mut out = Vec::new();
     let mut stream = scan.try_into_stream().await.ctx("reading keys")?;
     while let Some(batch) = stream.try_next().await.ctx("reading keys")? {
