@@ -6,7 +6,7 @@
 //! (see [`Rules::carry`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use arrow_schema::{DataType, TimeUnit};
 use lance::Dataset;
@@ -31,15 +31,23 @@ pub(crate) struct Rules {
     capabilities: RecordCapabilities,
     schemas: Schemas,
     parsed: Mutex<Parsed>,
+    /// The type of `expires_at` (with lifecycle): the clock's literal takes it.
+    clock_type: Option<DataType>,
     /// The base table's visible rows at the last base version counted.
     count: Mutex<Option<VisibleCount>>,
 }
 
 impl Rules {
     pub(crate) fn new(capabilities: RecordCapabilities, schemas: Schemas) -> Self {
+        let clock_type = schemas
+            .stored
+            .field_with_name(EXPIRES_AT)
+            .ok()
+            .map(|f| f.data_type().clone());
         Self {
             capabilities,
             schemas,
+            clock_type,
             parsed: Mutex::new(HashMap::new()),
             count: Mutex::new(None),
         }
@@ -78,12 +86,10 @@ impl Rules {
         }
         let now = v.now_micros.unwrap_or_else(now_micros);
         let column = self
-            .schemas
-            .stored
-            .field_with_name(EXPIRES_AT)
-            .map(|f| f.data_type().clone())
-            .map_err(|_| Error::internal("the lifecycle rule without expires_at"))?;
-        match with_clock(rule, now, &column) {
+            .clock_type
+            .as_ref()
+            .ok_or_else(|| Error::internal("the lifecycle rule without expires_at"))?;
+        match with_clock(rule, now, column) {
             Some(rule) => Ok(Some(rule)),
             // Text with the clock in it would be read in the column's zone:
             // a rule whose clock cannot be set is refused, never guessed.
@@ -185,7 +191,7 @@ impl Rules {
         let mut scan = dataset.scan();
         scan.filter_expr(hide.clone());
         let (visible, expiring) = if self.capabilities.lifecycle {
-            expiries(scan, "counting visible rows").await?
+            expiries(scan).await?
         } else {
             let n = scan
                 .count_rows()
@@ -200,7 +206,7 @@ impl Rules {
             from: now,
             until,
             visible,
-            expiring,
+            expiring: expiring.into(),
         };
         self.keep(dataset, count).await;
         Ok(visible)
@@ -237,7 +243,7 @@ impl Rules {
                 from: now,
                 until: None,
                 visible: 0,
-                expiring: Vec::new(),
+                expiring: Arc::from([]),
             }),
             None => None,
         };
@@ -310,7 +316,7 @@ impl Rules {
             from: now,
             until,
             visible: tally.count,
-            expiring,
+            expiring: expiring.into(),
         };
         self.keep(&merged.after, count).await;
         Ok(())
@@ -337,6 +343,9 @@ fn timestamp_text(micros: i64) -> String {
 /// replaced by [`with_clock`]; its sub-millisecond digits make it unlikely
 /// to be mistaken for any other literal.
 const NOW_STAND_IN: i64 = 946_684_800_123_457;
+
+/// [`NOW_STAND_IN`] as the parser keeps it (formatted once, not per call).
+static STAND_IN_TEXT: LazyLock<String> = LazyLock::new(|| timestamp_text(NOW_STAND_IN));
 
 /// `rule` with [`NOW_STAND_IN`]'s literal (the parser keeps a timestamp
 /// literal as its text, cast to a zone-less timestamp) replaced by `now` as a
@@ -365,8 +374,7 @@ fn with_clock(rule: Expr, now: i64, column: &DataType) -> Option<Expr> {
         }
         _ => return None,
     };
-    let stand_in = timestamp_text(NOW_STAND_IN);
-    let is_stand_in = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(text)), _) if *text == stand_in);
+    let is_stand_in = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(text)), _) if *text == *STAND_IN_TEXT);
     let mut replaced = false;
     let rule = rule
         .transform_down(|e| {
@@ -390,10 +398,8 @@ fn with_clock(rule: Expr, now: i64, column: &DataType) -> Option<Expr> {
 /// in microseconds rounded up ([`crate::read::micros_up`]): at most
 /// [`LISTED_EXPIRIES`]` + 1`, the earliest, are kept (what [`listing`]
 /// needs), whatever the number of rows.
-async fn expiries(
-    mut scan: lance::dataset::scanner::Scanner,
-    what: &str,
-) -> Result<(u64, Vec<i64>)> {
+async fn expiries(mut scan: lance::dataset::scanner::Scanner) -> Result<(u64, Vec<i64>)> {
+    let what = "counting visible rows";
     scan.project(&[EXPIRES_AT])
         .map_err(|e| Error::from_lance("projecting expires_at", None, e))?;
     let mut stream = scan
@@ -504,7 +510,8 @@ pub(crate) struct VisibleCount {
     from: i64,
     until: Option<i64>,
     visible: u64,
-    expiring: Vec<i64>,
+    /// Shared: a handle hands its remembered count out on every `count()`.
+    expiring: Arc<[i64]>,
 }
 
 impl VisibleCount {
@@ -622,7 +629,7 @@ impl SharedCount {
                 from,
                 until,
                 visible,
-                expiring,
+                expiring: expiring.into(),
             },
             rule,
         })
@@ -662,8 +669,6 @@ impl SharedCount {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use arrow_schema::Schema;
 
@@ -762,12 +767,12 @@ mod tests {
                 from: 1_700_000_000_000_000,
                 until: Some(1_800_000_000_000_000),
                 visible: 999_983,
-                expiring: vec![
+                expiring: Arc::from([
                     1_700_000_000_000_001,
                     1_750_000_000_000_000,
                     1_750_000_000_000_000,
                     1_750_000_000_000_000,
-                ],
+                ]),
             },
             rule: "(content_type IS NULL OR content_type <> 'tombstone')".to_string(),
         };
@@ -775,7 +780,7 @@ mod tests {
         let forever = SharedCount {
             count: VisibleCount {
                 until: None,
-                expiring: Vec::new(),
+                expiring: Arc::from([]),
                 ..shared.count.clone()
             },
             ..shared.clone()
@@ -827,7 +832,7 @@ mod tests {
             from: 100,
             until: Some(200),
             visible: 5,
-            expiring: vec![120, 150, 150],
+            expiring: Arc::from([120, 150, 150]),
         };
         assert!(count.holds(7, 100) && count.holds(7, 199));
         assert!(!count.holds(8, 150), "other rows");
