@@ -299,20 +299,31 @@ async fn cleanup_waits_for_a_reader_holding_an_older_snapshot() {
 
 /// A reader slower than the cleanup grace: its view lists generations that
 /// a merge folds into the base and cleanup then removes before the reader
-/// opens them. The read is taken again on a fresh view (the base moved on),
+/// reads them. The read is taken again on a fresh view (the base moved on),
 /// never answered with a missing file or without those rows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_outlived_by_cleanup_is_read_again_on_a_fresh_view() {
+///
+/// With `half_removed`, cleanup is caught half-way through a generation (it
+/// removes a generation's files one by one): its manifest is still there,
+/// so the reader opens it, and only its data files are gone. The missing
+/// file then shows while the plan runs, not while it is made.
+async fn a_read_outlived_by_cleanup(half_removed: bool) {
     let (_dir, uri) = temp_uri();
     let writer = Arc::new(Store::create(manual(&uri)).await.unwrap());
-    for i in 0..3 {
-        writer
-            .add(&batch(&rows(&format!("s{i}"), "g", 10)))
-            .await
-            .unwrap();
-    }
-    let reader = Store::open_read_only(config(&uri)).await.unwrap();
-    for read in ["get", "scan", "count"] {
+    for (r, read) in ["get", "scan", "filtered scan", "count", "filtered count"]
+        .into_iter()
+        .enumerate()
+    {
+        for i in 0..3 {
+            writer
+                .add(&batch(&rows(&format!("s{r}{i}"), "g", 10)))
+                .await
+                .unwrap();
+        }
+        let before = writer.count(None).await.unwrap() as usize;
+        // A new reader each time: a reader keeps the generations it has
+        // opened (and their files) open, so the read that pauses must be the
+        // first to open those in its view.
+        let reader = Store::open_read_only(config(&uri)).await.unwrap();
         let (reached, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         reader.pause_next_read(Box::new({
             let (reached, resume) = (reached.clone(), resume.clone());
@@ -328,10 +339,15 @@ async fn a_read_outlived_by_cleanup_is_read_again_on_a_fresh_view() {
             async move {
                 match read {
                     "get" => reader
-                        .get("s1-00003")
+                        .get(&format!("s{r}1-00003"))
                         .await
                         .map(|r| r.map_or(0, |b| b.num_rows())),
                     "scan" => reader.scan(ScanRequest::new()).await.map(|b| b.num_rows()),
+                    "filtered scan" => reader
+                        .scan(ScanRequest::new().filter("id >= 's'"))
+                        .await
+                        .map(|b| b.num_rows()),
+                    "filtered count" => reader.count(Some("n >= 0")).await.map(|n| n as usize),
                     _ => reader.count(None).await.map(|n| n as usize),
                 }
             }
@@ -339,26 +355,66 @@ async fn a_read_outlived_by_cleanup_is_read_again_on_a_fresh_view() {
         let meanwhile = async {
             reached.notified().await;
             // The reader holds a view listing unmerged generations: merge
-            // them, wait out the grace, and let the next merge clean up.
+            // them, then remove them as cleanup would.
             let i = 10 + read.len();
             writer
                 .add(&batch(&rows(&format!("t{i}"), "g", 1)))
                 .await
                 .unwrap();
             writer.merge().await.unwrap();
-            tokio::time::sleep(GRACE * 3).await;
-            writer
-                .add(&batch(&rows(&format!("u{i}"), "g", 1)))
-                .await
-                .unwrap();
-            let merged = writer.merge().await.unwrap();
-            assert!(merged.generations_removed > 0, "{merged:?}");
+            if half_removed {
+                let removed = remove_generation_data(&uri);
+                assert!(removed > 0, "no generation data to remove");
+            } else {
+                tokio::time::sleep(GRACE * 3).await;
+                writer
+                    .add(&batch(&rows(&format!("u{i}"), "g", 1)))
+                    .await
+                    .unwrap();
+                let merged = writer.merge().await.unwrap();
+                assert!(merged.generations_removed > 0, "{merged:?}");
+            }
             resume.notify_one();
         };
         let (got, ()) = tokio::join!(reading, meanwhile);
         let got = got.unwrap_or_else(|e| panic!("{read}: {e}"));
-        assert!(got >= 1, "{read}: {got}");
+        // Read again on a view taken after the merge: with the rows added
+        // meanwhile.
+        let added = if half_removed { 1 } else { 2 };
+        let expected = if read == "get" { 1 } else { before + added };
+        assert_eq!(got, expected, "{read}");
     }
+}
+
+/// Remove the data files of every generation of the store at `uri`, leaving
+/// their manifests (as cleanup caught half-way would). How many it removed.
+fn remove_generation_data(uri: &str) -> usize {
+    let mut removed = 0;
+    let mut dirs = vec![std::path::PathBuf::from(uri).join("_mem_wal")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "lance")
+                && path.parent().is_some_and(|p| p.ends_with("data"))
+            {
+                std::fs::remove_file(&path).unwrap();
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_outlived_by_cleanup_is_read_again_on_a_fresh_view() {
+    a_read_outlived_by_cleanup(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_generations_lost_their_data_meanwhile_is_read_again() {
+    a_read_outlived_by_cleanup(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

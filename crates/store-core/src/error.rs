@@ -427,6 +427,34 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Classify an error met while running a plan (a scan's stream, a merge's
+    /// read). DataFusion carries Lance's errors inside its own; unwrapped
+    /// (through Lance's own conversion, by type), a file gone or an I/O
+    /// failure keeps its kind, so a caller can tell a read that outlived
+    /// cleanup from a bug. Anything else is internal.
+    pub(crate) fn from_datafusion(
+        context: &str,
+        err: lance::deps::datafusion::error::DataFusionError,
+    ) -> Self {
+        let err = lance::Error::from(err);
+        let storage = err.is_not_found()
+            || err.fence_reason().is_some()
+            || err.is_backpressure()
+            || matches!(
+                err,
+                lance::Error::IO { .. }
+                    | lance::Error::Wrapped { .. }
+                    | lance::Error::External { .. }
+                    | lance::Error::CorruptFile { .. }
+            );
+        if storage {
+            return Self::from_lance(context, None, err);
+        }
+        Self::internal(format!("{context}: {err}"))
+    }
+}
+
 /// Turn a Lance result into an engine result with context.
 pub(crate) trait LanceResultExt<T> {
     fn ctx(self, context: &str) -> Result<T>;

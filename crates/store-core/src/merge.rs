@@ -400,7 +400,7 @@ async fn merge_pass(
     .ctx("reading the WAL range")?
     .try_collect()
     .await
-    .map_err(|e| Error::internal(format!("reading the WAL range: {e}")))?;
+    .map_err(|e| Error::from_datafusion("reading the WAL range", e))?;
     let rows: Vec<RecordBatch> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
     let live: HashSet<String> = rows
         .iter()

@@ -83,6 +83,9 @@ pub struct WalStatus {
     pub unmerged_generations: Vec<(Uuid, usize)>,
 }
 
+/// How many times a read outlived by cleanup is taken again on a new view.
+const READ_AGAIN: usize = 3;
+
 impl Store {
     /// Create the dataset (empty, MemWAL initialised) and open it.
     /// [`Error::AlreadyExists`] if there is one.
@@ -615,10 +618,12 @@ impl Store {
     }
 
     /// Run a read on a fresh view. A read slower than `merge.cleanup_grace`
-    /// may find a generation it listed merged and removed meanwhile (the
-    /// file is gone); when the base table has moved on since
-    /// the view was taken, the read runs once more on a new view, which no
-    /// longer lists it. (A streamed scan cannot be re-run part-way; it fails.)
+    /// may find a generation it listed merged and removed meanwhile (a file
+    /// is gone, found missing while the plan is made or while it runs); when
+    /// the base table has moved on since the view was taken, the read runs
+    /// again on a new view, which no longer lists it — up to [`READ_AGAIN`]
+    /// times, as long as the base keeps moving. (A streamed scan cannot be
+    /// re-run part-way; it fails with [`ErrorKind::NotFound`].)
     async fn on_view<T, F, Fut>(&self, read: F) -> Result<T>
     where
         F: Fn(ReadView) -> Fut,
@@ -637,19 +642,23 @@ impl Store {
                 pause().await;
             }
         }
-        match read(view).await {
+        let (mut outcome, mut version) = (read(view).await, version);
+        for _ in 0..READ_AGAIN {
             // Lance reports the vanished file as not found, or (through its
             // cache of opened generations) as a storage error.
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Storage) => {
-                let again = self.engine.view().await?;
-                if again.dataset.version().version == version {
-                    return Err(e);
-                }
-                tracing::debug!("a read outlived cleanup of what it listed; reading again");
-                read(again).await
+            match &outcome {
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Storage) => {}
+                _ => break,
             }
-            other => other,
+            let again = self.engine.view().await?;
+            if again.dataset.version().version == version {
+                break;
+            }
+            tracing::debug!("a read outlived cleanup of what it listed; reading again");
+            version = again.dataset.version().version;
+            outcome = read(again).await;
         }
+        outcome
     }
 
     /// The plan a scan would run, for operators (`EXPLAIN`).

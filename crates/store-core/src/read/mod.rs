@@ -541,9 +541,9 @@ pub(crate) fn execute(
 ) -> Result<BatchStream> {
     let stream = plan
         .execute(0, task_context())
-        .map_err(|e| Error::internal(format!("executing the scan: {e}")))?;
+        .map_err(|e| Error::from_datafusion("executing the scan", e))?;
     Ok(stream
-        .map_err(|e| Error::internal(format!("reading the scan: {e}")))
+        .map_err(|e| Error::from_datafusion("reading the scan", e))
         .and_then(move |batch| {
             let out = schemas.conform_for_read(&batch, projection.as_deref());
             futures::future::ready(out)

@@ -114,7 +114,7 @@ pub(crate) async fn nearest(
         while let Some(batch) = stream
             .try_next()
             .await
-            .map_err(|e| Error::internal(format!("reading generations: {e}")))?
+            .map_err(|e| Error::from_datafusion("reading generations", e))?
         {
             let batch = schemas.conform_for_read(&batch, None)?;
             rank_rows(
