@@ -1547,3 +1547,158 @@ async fn the_kept_count_agrees_with_a_scan_through_a_random_history() {
     }
     assert!(compared >= 24, "only {compared} steps compared");
 }
+
+/// The keyed reads of record writes (are these ids new, which record does
+/// each secondary key name) read the unmerged generations from memory and
+/// the base table through its index. Through a random history of adds (some
+/// expired or retired), upserts, tombstones, Lance deletes, a key deleted
+/// and re-added under another secondary key, and merges, they return the
+/// same rows as a scan with the same `IN` filter and visibility.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_reads_from_held_generations_agree_with_the_scan() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let clock = clock_micros();
+    // Every (id, secondary key) written, whatever became of it.
+    let mut written: Vec<(String, String)> = Vec::new();
+    let visibilities = [
+        Visibility::default(),
+        Visibility {
+            include_expired: true,
+            include_retired: true,
+            ..Visibility::default()
+        },
+        Visibility::all(),
+    ];
+    let mut compared_rows = 0;
+    let mut merged_once = false;
+    for step in 0..40 {
+        let n = written.len();
+        match next() % 8 {
+            0..=2 => {
+                let mut rows = Vec::new();
+                let (mut expires, mut status) = (Vec::new(), Vec::new());
+                for _ in 0..3 {
+                    let k = written.len();
+                    let (id, ext) = (format!("r{k}"), format!("e{k}"));
+                    rows.push((id.clone(), ext.clone()));
+                    written.push((id, ext));
+                    expires.push(match next() % 3 {
+                        0 => Some((clock - 1_000_000).to_string()),
+                        1 => Some((clock + 3_600_000_000).to_string()),
+                        _ => None,
+                    });
+                    status.push(if next() % 4 == 0 { "retired" } else { "active" });
+                }
+                let refs: Vec<(&str, Option<&str>, &str)> = rows
+                    .iter()
+                    .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
+                    .collect();
+                let expires: Vec<Option<&str>> = expires.iter().map(|e| e.as_deref()).collect();
+                let status: Vec<Option<&str>> = status.into_iter().map(Some).collect();
+                store
+                    .add(&records(
+                        &refs,
+                        &[("expires_at", expires), ("lifecycle_status", status)],
+                    ))
+                    .await
+                    .unwrap();
+            }
+            3 if n > 0 => {
+                // Replace whatever record the secondary key names now, if any.
+                let ext = written[(next() % n as u64) as usize].1.clone();
+                let id = format!("u{step}");
+                let outcome = store
+                    .upsert(&records(&[(id.as_str(), Some(ext.as_str()), "u")], &[]))
+                    .await;
+                if outcome.is_ok() {
+                    written.push((id, ext));
+                }
+            }
+            4 if n > 0 => {
+                let id = written[(next() % n as u64) as usize].0.clone();
+                store.tombstone(&[id.as_str()]).await.unwrap();
+            }
+            5 if n > 0 => {
+                let id = written[(next() % n as u64) as usize].0.clone();
+                store.delete(&[id.as_str()]).await.unwrap();
+            }
+            6 if n > 0 => {
+                // A key deleted and written again under a new secondary key:
+                // its old row in an older generation or the base table must
+                // not answer for the old secondary key.
+                let id = written[(next() % n as u64) as usize].0.clone();
+                store.delete(&[id.as_str()]).await.unwrap();
+                let ext = format!("x{step}");
+                let added = store
+                    .add(&records(&[(id.as_str(), Some(ext.as_str()), "x")], &[]))
+                    .await;
+                if added.is_ok() {
+                    written.push((id, ext));
+                }
+            }
+            _ => {
+                store.merge().await.unwrap();
+                merged_once = true;
+            }
+        }
+        if written.is_empty() {
+            continue;
+        }
+        // A random sample of secondary keys and ids, some never written.
+        let mut exts: Vec<String> = vec!["nothing".into()];
+        let mut ids: Vec<String> = vec!["nobody".into()];
+        for _ in 0..6 {
+            let (id, ext) = &written[(next() % written.len() as u64) as usize];
+            exts.push(ext.clone());
+            ids.push(id.clone());
+        }
+        for (column, values) in [("external_id", &exts), ("id", &ids)] {
+            let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+            let quoted: Vec<String> = values.iter().map(|v| format!("'{v}'")).collect();
+            for v in visibilities {
+                let held = store
+                    .held_rows_matching(column, &refs, v)
+                    .await
+                    .unwrap()
+                    .expect("the held path applies");
+                let scanned = store
+                    .scan(
+                        ScanRequest::new()
+                            .filter(format!("{column} IN ({})", quoted.join(", ")))
+                            .visibility(v),
+                    )
+                    .await
+                    .unwrap();
+                let rows = |b: &RecordBatch| {
+                    let mut rows: Vec<String> = (0..b.num_rows())
+                        .map(|i| {
+                            b.columns()
+                                .iter()
+                                .map(|c| arrow_cast::display::array_value_to_string(c, i).unwrap())
+                                .collect::<Vec<_>>()
+                                .join("|")
+                        })
+                        .collect();
+                    rows.sort();
+                    rows
+                };
+                assert_eq!(
+                    rows(&held),
+                    rows(&scanned),
+                    "step {step}: {column} IN {values:?} under {v:?}"
+                );
+                compared_rows += held.num_rows();
+            }
+        }
+    }
+    assert!(merged_once, "the history never merged");
+    assert!(compared_rows > 100, "only {compared_rows} rows compared");
+}

@@ -122,6 +122,9 @@ pub(crate) struct Engine {
     pub key: String,
     pub dataset: RwLock<Arc<Dataset>>,
     pub generations: Arc<SsTableCache>,
+    /// Unmerged generations held whole, for keyed reads (see
+    /// [`crate::read::keyed_rows`]).
+    pub held: crate::read::HeldGenerations,
     /// The shard manifests this handle read last (see [`ManifestCache`]).
     pub manifests: ManifestCache,
     pub shard: Uuid,

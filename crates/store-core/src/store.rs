@@ -197,6 +197,7 @@ impl Store {
             key: schemas.key.clone(),
             dataset: RwLock::new(Arc::new(dataset)),
             generations: Arc::new(SsTableCache::new(GENERATION_CACHE_ENTRIES)),
+            held: Default::default(),
             shard,
             writer,
             settings: Settings {

@@ -12,9 +12,12 @@
 //! Each planner has its own module: [`scan`] (filters, order, visibility),
 //! [`lookup`] (point lookups by key), [`nearest`] (vector search).
 
+mod keyed;
 mod lookup;
 mod nearest;
 mod scan;
+
+pub(crate) use keyed::{HeldGenerations, KeyedRead, keyed_rows};
 
 pub(crate) use lookup::plan_lookup;
 pub use nearest::VectorQuery;

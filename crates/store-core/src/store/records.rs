@@ -252,8 +252,68 @@ impl Store {
             let schema = self.output_schema(request.projection.as_deref())?;
             return Ok(RecordBatch::new_empty(schema));
         }
-        self.scan_matching(request, Some(crate::read::in_list(column, values)))
+        // Read from the generations held in memory, the base table through
+        // its index; else through the LSM scanner.
+        let projection = request.projection.clone();
+        let stored: Vec<String> = match &projection {
+            Some(columns) => columns.clone(),
+            None => self.schemas.readable_columns(),
+        };
+        let held = self
+            .held_rows(column, values, request.visibility, &stored)
+            .await?;
+        match held {
+            Some(rows) => self.schemas.conform_for_read(&rows, projection.as_deref()),
+            None => {
+                self.scan_matching(request, Some(crate::read::in_list(column, values)))
+                    .await
+            }
+        }
+    }
+
+    /// The rows whose `column` is one of `values` under `visibility`, every
+    /// column, read from the held generations and the base table (tests:
+    /// compared with a scan). `None` where that path does not apply.
+    #[cfg(feature = "failpoints")]
+    pub async fn held_rows_matching(
+        &self,
+        column: &str,
+        values: &[&str],
+        visibility: Visibility,
+    ) -> Result<Option<RecordBatch>> {
+        let stored = self.schemas.readable_columns();
+        let held = self.held_rows(column, values, visibility, &stored).await?;
+        held.map(|rows| self.schemas.conform_for_read(&rows, None))
+            .transpose()
+    }
+
+    /// [`crate::read::keyed_rows`] on a fresh view: the stored columns
+    /// `stored` of the rows whose `column` is one of `values`.
+    async fn held_rows(
+        &self,
+        column: &str,
+        values: &[&str],
+        visibility: Visibility,
+        stored: &[String],
+    ) -> Result<Option<RecordBatch>> {
+        let hide = self.visibility_expr(&visibility)?;
+        let hide = hide.as_ref();
+        self.on_view(|view| async move {
+            crate::read::keyed_rows(
+                &view,
+                &self.schemas,
+                &self.engine.opener,
+                &self.engine.held,
+                crate::read::KeyedRead {
+                    column,
+                    values,
+                    hide,
+                    columns: stored,
+                },
+            )
             .await
+        })
+        .await
     }
 
     /// Lookup by key hiding tombstones.

@@ -1,0 +1,332 @@
+//! Keyed reads without a plan per generation: the rows whose key (or
+//! secondary key) is one of a list of values, newest version per key, as an
+//! LSM scan with `column IN (values)` returns them.
+//!
+//! The checks of a record write (are these ids new, which record does each
+//! secondary key name now) are such reads, one or two per write. Through the
+//! LSM scanner each plans a scan of every source — the base table and each
+//! unmerged generation — with the value list, and the planning, not the
+//! reading, was most of an upsert's time. Here only the base table is read
+//! through a plan (one indexed scan); the unmerged generations are held in
+//! memory, whole, once read: a generation never changes once written, and the
+//! unmerged tier is small (it is merged away; see [`MAX_HELD_BYTES`]).
+//!
+//! Newest version per key, as the LSM scan has it: a key's row in a
+//! generation wins over its rows in older generations of the same shard and
+//! in the base table; a Lance delete (`_tombstone`) wins and shows nothing.
+//! A generation holds a key once (Lance writes an older duplicate deleted
+//! when it flushes). The value list selects among newest versions only: a
+//! base row whose key a generation rewrote is never returned, even when the
+//! rewrite no longer matches.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
+use arrow_schema::{Field, Schema};
+use datafusion::logical_expr::Expr;
+use futures::TryStreamExt;
+use lance::dataset::mem_wal::TOMBSTONE;
+use lance::deps::datafusion;
+
+use super::ReadView;
+use crate::conform::Schemas;
+use crate::dataset::Opener;
+use crate::error::{Error, LanceResultExt, Result};
+
+/// Above this many bytes of unmerged generations (as their writers measured
+/// them), keyed reads go through the LSM scanner instead of holding the
+/// generations in memory.
+pub(crate) const MAX_HELD_BYTES: u64 = 128 << 20;
+
+/// One unmerged generation, whole, with where each key is.
+pub(crate) struct HeldGeneration {
+    rows: RecordBatch,
+    at: HashMap<String, u32>,
+}
+
+impl HeldGeneration {
+    fn read(rows: RecordBatch, key: &str) -> Result<Self> {
+        let keys = strings(&rows, key)?;
+        let mut at = HashMap::with_capacity(rows.num_rows());
+        for (row, k) in keys.iter().enumerate() {
+            if let Some(k) = k {
+                at.insert(k.to_string(), row as u32);
+            }
+        }
+        Ok(Self { rows, at })
+    }
+
+    fn deleted(&self, row: usize) -> bool {
+        self.rows
+            .column_by_name(TOMBSTONE)
+            .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
+            .is_some_and(|d| d.is_valid(row) && d.value(row))
+    }
+}
+
+/// The unmerged generations a handle holds in memory, by directory. Those
+/// no longer in a view are dropped after each read.
+#[derive(Default)]
+pub(crate) struct HeldGenerations {
+    held: Mutex<HashMap<String, Arc<HeldGeneration>>>,
+}
+
+impl HeldGenerations {
+    async fn get(
+        &self,
+        view: &ReadView,
+        opener: &Opener,
+        shard: &uuid::Uuid,
+        dir: &str,
+        key: &str,
+    ) -> Result<Arc<HeldGeneration>> {
+        let name = format!("{shard}/{dir}");
+        if let Some(held) = self.lock().get(&name) {
+            return Ok(held.clone());
+        }
+        let generation = opener.open_generation(&view.dataset, shard, dir).await?;
+        let schema: Arc<Schema> = Arc::new(generation.schema().into());
+        let batches: Vec<RecordBatch> = generation
+            .scan()
+            .try_into_stream()
+            .await
+            .ctx("reading a generation")?
+            .try_collect()
+            .await
+            .ctx("reading a generation")?;
+        let rows = arrow_select::concat::concat_batches(&schema, &batches)?;
+        let held = Arc::new(HeldGeneration::read(rows, key)?);
+        self.lock().insert(name, held.clone());
+        Ok(held)
+    }
+
+    fn retain(&self, view: &ReadView) {
+        let listed: HashSet<String> = view
+            .shards
+            .iter()
+            .flat_map(|s| {
+                s.sstables
+                    .iter()
+                    .map(move |(_, dir)| format!("{}/{dir}", s.snapshot.shard_id))
+            })
+            .collect();
+        self.lock().retain(|name, _| listed.contains(name));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HeldGeneration>>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a keyed read asks for: see [`keyed_rows`].
+#[derive(Clone, Copy)]
+pub(crate) struct KeyedRead<'a> {
+    pub column: &'a str,
+    pub values: &'a [&'a str],
+    pub hide: Option<&'a Expr>,
+    pub columns: &'a [String],
+}
+
+/// The rows of `view` whose `column` is one of `values`, newest version per
+/// key, that `hide` (the visibility rule) leaves visible: the stored
+/// columns `columns` (which include the key), in the stored schema's types.
+/// `None` when this path does not apply — the unmerged tier is too large to
+/// hold, the key or `column` is not a string column, a column is not stored,
+/// or a generation lacks a stored column (written before it was added): the
+/// caller reads through the LSM scanner.
+pub(crate) async fn keyed_rows(
+    view: &ReadView,
+    schemas: &Schemas,
+    opener: &Opener,
+    held: &HeldGenerations,
+    read: KeyedRead<'_>,
+) -> Result<Option<RecordBatch>> {
+    let KeyedRead {
+        column,
+        values,
+        hide,
+        columns,
+    } = read;
+    let key = schemas.key.as_str();
+    let unmerged: u64 = view.shards.iter().map(|s| s.unmerged_bytes).sum();
+    let utf8 = |c: &str| {
+        schemas
+            .stored
+            .field_with_name(c)
+            .is_ok_and(|f| f.data_type() == &arrow_schema::DataType::Utf8)
+    };
+    if unmerged > MAX_HELD_BYTES || !utf8(key) || !utf8(column) {
+        return Ok(None);
+    }
+    let Some(fields) = columns
+        .iter()
+        .map(|c| schemas.stored.field_with_name(c).ok().cloned())
+        .collect::<Option<Vec<Field>>>()
+    else {
+        return Ok(None);
+    };
+    let out_schema = Arc::new(Schema::new(fields));
+    // Every generation of every shard, newest first within a shard.
+    let mut generations: Vec<Vec<Arc<HeldGeneration>>> = Vec::new();
+    for shard in &view.shards {
+        let mut newest_first = Vec::with_capacity(shard.sstables.len());
+        for (_, dir) in shard.sstables.iter().rev() {
+            let generation = held
+                .get(view, opener, &shard.snapshot.shard_id, dir, key)
+                .await?;
+            let stored_missing = schemas
+                .stored
+                .fields()
+                .iter()
+                .any(|f| generation.rows.column_by_name(f.name()).is_none());
+            if stored_missing {
+                return Ok(None);
+            }
+            newest_first.push(generation);
+        }
+        generations.push(newest_first);
+    }
+    held.retain(view);
+    let wanted: HashSet<&str> = values.iter().copied().collect();
+    let mut parts: Vec<RecordBatch> = Vec::new();
+
+    // The generations' newest versions that match.
+    for shard in &generations {
+        for (i, generation) in shard.iter().enumerate() {
+            let keys = strings(&generation.rows, key)?;
+            let matched: Vec<u32> = if column == key {
+                wanted
+                    .iter()
+                    .filter_map(|v| generation.at.get(*v).copied())
+                    .collect()
+            } else {
+                let of = strings(&generation.rows, column)?;
+                (0..generation.rows.num_rows())
+                    .filter(|&row| of.value_if(row).is_some_and(|v| wanted.contains(v)))
+                    .map(|row| row as u32)
+                    .collect()
+            };
+            let newest: Vec<u32> = matched
+                .into_iter()
+                .filter(|&row| {
+                    let row = row as usize;
+                    !generation.deleted(row)
+                        && keys.value_if(row).is_some_and(|k| {
+                            shard[..i].iter().all(|newer| !newer.at.contains_key(k))
+                        })
+                })
+                .collect();
+            if newest.is_empty() {
+                continue;
+            }
+            let rows = arrow_select::take::take_record_batch(
+                &generation.rows,
+                &UInt32Array::from(newest),
+            )?;
+            let rows = match hide {
+                Some(hide) => visible(&rows, hide)?,
+                None => rows,
+            };
+            if rows.num_rows() > 0 {
+                parts.push(shaped(&rows, &out_schema)?);
+            }
+        }
+    }
+
+    // The base table's matching rows that no generation rewrote.
+    let mut filter = super::in_list(column, values);
+    if let Some(hide) = hide {
+        filter = filter.and(hide.clone());
+    }
+    let mut projected: Vec<&str> = columns.iter().map(String::as_str).collect();
+    if !projected.contains(&key) {
+        projected.push(key);
+    }
+    let mut scan = view.dataset.scan();
+    scan.project(&projected)
+        .ctx("projecting a keyed read")?
+        .filter_expr(filter);
+    let mut stream = scan.try_into_stream().await.ctx("reading the base table")?;
+    while let Some(batch) = stream.try_next().await.ctx("reading the base table")? {
+        let keys = strings(&batch, key)?;
+        let keep: BooleanArray = (0..batch.num_rows())
+            .map(|row| {
+                Some(keys.value_if(row).is_some_and(|k| {
+                    generations
+                        .iter()
+                        .flatten()
+                        .all(|generation| !generation.at.contains_key(k))
+                }))
+            })
+            .collect();
+        let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
+        if batch.num_rows() > 0 {
+            parts.push(shaped(&batch, &out_schema)?);
+        }
+    }
+    Ok(Some(arrow_select::concat::concat_batches(
+        &out_schema,
+        &parts,
+    )?))
+}
+
+/// `rows` that `hide` leaves visible.
+fn visible(rows: &RecordBatch, hide: &Expr) -> Result<RecordBatch> {
+    let schema = datafusion::common::DFSchema::try_from(rows.schema().as_ref().clone())
+        .map_err(|e| Error::internal(format!("a generation's schema: {e}")))?;
+    let predicate = super::session()
+        .create_physical_expr(hide.clone(), &schema)
+        .map_err(|e| Error::internal(format!("planning the visibility rule: {e}")))?;
+    let shown = predicate
+        .evaluate(rows)
+        .and_then(|v| v.into_array(rows.num_rows()))
+        .map_err(|e| Error::from_datafusion("applying the visibility rule", e))?;
+    let shown = shown
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .ok_or_else(|| Error::internal("the visibility rule is not a predicate"))?;
+    Ok(arrow_select::filter::filter_record_batch(rows, shown)?)
+}
+
+/// `rows`' columns of `schema`, by name, in its types. A generation stores
+/// its columns nullable (a Lance delete nulls all but the key); the rows
+/// kept are real rows, so a non-nullable column holds no null here — if one
+/// did, building the batch fails rather than returning it.
+fn shaped(rows: &RecordBatch, schema: &Arc<Schema>) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let column = rows.column_by_name(f.name()).ok_or_else(|| {
+                Error::internal(format!("a keyed read lost column '{}'", f.name()))
+            })?;
+            if column.data_type() == f.data_type() {
+                Ok(column.clone())
+            } else {
+                Ok(arrow_cast::cast(column, f.data_type())?)
+            }
+        })
+        .collect::<Result<_>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| Error::internal(format!("shaping a keyed read: {e}")))
+}
+
+/// A string column of `batch`.
+fn strings<'a>(batch: &'a RecordBatch, column: &str) -> Result<&'a StringArray> {
+    batch
+        .column_by_name(column)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| Error::internal(format!("column '{column}' is not a string column")))
+}
+
+/// A string array's value, `None` where null.
+trait ValueIf {
+    fn value_if(&self, row: usize) -> Option<&str>;
+}
+
+impl ValueIf for StringArray {
+    fn value_if(&self, row: usize) -> Option<&str> {
+        self.is_valid(row).then(|| self.value(row))
+    }
+}
