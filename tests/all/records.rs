@@ -1702,3 +1702,58 @@ async fn keyed_reads_from_held_generations_agree_with_the_scan() {
     assert!(merged_once, "the history never merged");
     assert!(compared_rows > 100, "only {compared_rows} rows compared");
 }
+
+/// The generations held for keyed reads are bounded and let go: dropped once
+/// merged, all dropped when they would pass the limit — the reads then go
+/// through the LSM scanner, with the same outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_generations_are_bounded_and_dropped_once_merged() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let add = |i: usize| {
+        let (id, ext) = (format!("r{i}"), format!("e{i}"));
+        records(&[(id.as_str(), Some(ext.as_str()), "t")], &[])
+    };
+    for i in 0..3 {
+        store.add(&add(i)).await.unwrap();
+    }
+    let read = || store.held_rows_matching("external_id", &["e1", "e4"], Visibility::default());
+    assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
+    let (bytes, held) = store.held_generations();
+    assert_eq!(held, 3);
+    assert!(bytes > 0);
+    store.merge().await.unwrap();
+    assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
+    assert_eq!(store.held_generations(), (0, 0), "merged generations held");
+
+    for i in 3..6 {
+        store.add(&add(i)).await.unwrap();
+    }
+    assert_eq!(read().await.unwrap().unwrap().num_rows(), 2);
+    assert_eq!(store.held_generations().1, 3);
+    // Below what three generations hold: nothing is held, the read falls
+    // back, and an upsert through the fallback replaces the record.
+    store.set_held_limit(bytes / 2);
+    assert!(read().await.unwrap().is_none());
+    assert_eq!(store.held_generations(), (0, 0));
+    let outcome = store
+        .upsert(&records(&[("v4", Some("e4"), "v")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(outcome[0].replaced_id.as_deref(), Some("r4"));
+    let shown = store
+        .scan(ScanRequest::new().filter("external_id = 'e4'"))
+        .await
+        .unwrap();
+    assert_eq!(ids(&shown), vec!["v4"]);
+    assert!(
+        store
+            .add(&records(&[("w", Some("e5"), "t")], &[]))
+            .await
+            .is_err(),
+        "a held secondary key is refused through the fallback too"
+    );
+    store.set_held_limit(usize::MAX);
+    let found = read().await.unwrap().unwrap();
+    assert_eq!(ids(&found), vec!["r1", "v4"]);
+}

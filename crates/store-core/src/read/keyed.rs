@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
 use arrow_schema::{Field, Schema};
 use datafusion::logical_expr::Expr;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use lance::dataset::mem_wal::TOMBSTONE;
 use lance::deps::datafusion;
 
@@ -34,27 +34,36 @@ use crate::conform::Schemas;
 use crate::dataset::Opener;
 use crate::error::{Error, LanceResultExt, Result};
 
-/// Above this many bytes of unmerged generations (as their writers measured
-/// them), keyed reads go through the LSM scanner instead of holding the
-/// generations in memory.
-pub(crate) const MAX_HELD_BYTES: u64 = 128 << 20;
+/// Above this many bytes of unmerged generations — as their writers
+/// measured them, and as held in memory — keyed reads go through the LSM
+/// scanner instead, and what was held is dropped.
+pub(crate) const MAX_HELD_BYTES: usize = 128 << 20;
+
+/// Generations read at once when a keyed read finds several not held.
+const LOADS_AT_ONCE: usize = 8;
 
 /// One unmerged generation, whole, with where each key is.
 pub(crate) struct HeldGeneration {
     rows: RecordBatch,
     at: HashMap<String, u32>,
+    /// Bytes held: the rows' buffers and the key map.
+    bytes: usize,
 }
 
 impl HeldGeneration {
     fn read(rows: RecordBatch, key: &str) -> Result<Self> {
         let keys = strings(&rows, key)?;
         let mut at = HashMap::with_capacity(rows.num_rows());
+        let mut key_bytes = 0;
         for (row, k) in keys.iter().enumerate() {
             if let Some(k) = k {
+                key_bytes += k.len();
                 at.insert(k.to_string(), row as u32);
             }
         }
-        Ok(Self { rows, at })
+        let entry = std::mem::size_of::<(String, u32)>() + 1;
+        let bytes = rows.get_array_memory_size() + key_bytes + at.capacity() * entry;
+        Ok(Self { rows, at, bytes })
     }
 
     fn deleted(&self, row: usize) -> bool {
@@ -65,27 +74,126 @@ impl HeldGeneration {
     }
 }
 
-/// The unmerged generations a handle holds in memory, by directory. Those
-/// no longer in a view are dropped after each read.
-#[derive(Default)]
+type Slot = Arc<tokio::sync::OnceCell<Arc<HeldGeneration>>>;
+
+/// The unmerged generations a handle holds in memory, by shard and
+/// directory: each read once (two reads wanting one generation share the
+/// load), dropped once a read's view no longer lists it.
 pub(crate) struct HeldGenerations {
-    held: Mutex<HashMap<String, Arc<HeldGeneration>>>,
+    held: Mutex<HashMap<String, Slot>>,
+    /// [`MAX_HELD_BYTES`], lowered by tests.
+    limit: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for HeldGenerations {
+    fn default() -> Self {
+        Self {
+            held: Mutex::default(),
+            limit: MAX_HELD_BYTES.into(),
+        }
+    }
 }
 
 impl HeldGenerations {
-    async fn get(
+    fn limit(&self) -> usize {
+        self.limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Hold at most `bytes` (tests of the fallback).
+    #[cfg(feature = "failpoints")]
+    pub(crate) fn set_limit(&self, bytes: usize) {
+        self.limit
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes held now, and how many generations.
+    #[cfg(feature = "failpoints")]
+    pub(crate) fn held(&self) -> (usize, usize) {
+        let held = self.lock();
+        let loaded: Vec<usize> = held
+            .values()
+            .filter_map(|s| s.get())
+            .map(|g| g.bytes)
+            .collect();
+        (loaded.iter().sum(), loaded.len())
+    }
+
+    /// The generations of `view`'s shards, newest first within each shard,
+    /// read where not held yet. `None` (and nothing held any more) when they
+    /// would hold more than [`MAX_HELD_BYTES`].
+    async fn of(
         &self,
         view: &ReadView,
         opener: &Opener,
-        shard: &uuid::Uuid,
-        dir: &str,
         key: &str,
-    ) -> Result<Arc<HeldGeneration>> {
-        let name = format!("{shard}/{dir}");
-        if let Some(held) = self.lock().get(&name) {
-            return Ok(held.clone());
+    ) -> Result<Option<Vec<Vec<Arc<HeldGeneration>>>>> {
+        let listed: Vec<(usize, uuid::Uuid, &str)> = view
+            .shards
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                s.sstables
+                    .iter()
+                    .rev()
+                    .map(move |(_, dir)| (i, s.snapshot.shard_id, dir.as_str()))
+            })
+            .collect();
+        // Only what this view lists stays held.
+        let slots: Vec<Slot> = {
+            let mut held = self.lock();
+            let mut kept = HashMap::with_capacity(listed.len());
+            for (_, shard, dir) in &listed {
+                let name = format!("{shard}/{dir}");
+                let slot = held.remove(&name).unwrap_or_default();
+                kept.insert(name, slot);
+            }
+            *held = kept;
+            listed
+                .iter()
+                .map(|(_, shard, dir)| held[&format!("{shard}/{dir}")].clone())
+                .collect()
+        };
+        let loads: Vec<_> = listed
+            .iter()
+            .zip(slots)
+            .map(|(&(_, shard, dir), slot)| load(slot, opener, &view.dataset, shard, dir, key))
+            .collect();
+        let loaded: Vec<Arc<HeldGeneration>> = futures::stream::iter(loads)
+            .buffered(LOADS_AT_ONCE)
+            .try_collect()
+            .await?;
+        if loaded.iter().map(|g| g.bytes).sum::<usize>() > self.limit() {
+            self.lock().clear();
+            return Ok(None);
         }
-        let generation = opener.open_generation(&view.dataset, shard, dir).await?;
+        let mut by_shard: Vec<Vec<Arc<HeldGeneration>>> = vec![Vec::new(); view.shards.len()];
+        for ((shard, _, _), generation) in listed.iter().zip(loaded) {
+            by_shard[*shard].push(generation);
+        }
+        Ok(Some(by_shard))
+    }
+
+    fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The generation `dir` of `shard`, read whole into `slot` unless another
+/// read did (or is doing) it.
+async fn load(
+    slot: Slot,
+    opener: &Opener,
+    base: &lance::Dataset,
+    shard: uuid::Uuid,
+    dir: &str,
+    key: &str,
+) -> Result<Arc<HeldGeneration>> {
+    let read = || async {
+        let generation = opener.open_generation(base, &shard, dir).await?;
         let schema: Arc<Schema> = Arc::new(generation.schema().into());
         let batches: Vec<RecordBatch> = generation
             .scan()
@@ -96,27 +204,10 @@ impl HeldGenerations {
             .await
             .ctx("reading a generation")?;
         let rows = arrow_select::concat::concat_batches(&schema, &batches)?;
-        let held = Arc::new(HeldGeneration::read(rows, key)?);
-        self.lock().insert(name, held.clone());
-        Ok(held)
-    }
-
-    fn retain(&self, view: &ReadView) {
-        let listed: HashSet<String> = view
-            .shards
-            .iter()
-            .flat_map(|s| {
-                s.sstables
-                    .iter()
-                    .map(move |(_, dir)| format!("{}/{dir}", s.snapshot.shard_id))
-            })
-            .collect();
-        self.lock().retain(|name, _| listed.contains(name));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HeldGeneration>>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
+        drop(batches);
+        Ok::<_, Error>(Arc::new(HeldGeneration::read(rows, key)?))
+    };
+    slot.get_or_try_init(read).await.cloned()
 }
 
 /// What a keyed read asks for: see [`keyed_rows`].
@@ -150,13 +241,18 @@ pub(crate) async fn keyed_rows(
     } = read;
     let key = schemas.key.as_str();
     let unmerged: u64 = view.shards.iter().map(|s| s.unmerged_bytes).sum();
+    let unmeasured = view.shards.iter().any(|s| s.unmeasured);
     let utf8 = |c: &str| {
         schemas
             .stored
             .field_with_name(c)
             .is_ok_and(|f| f.data_type() == &arrow_schema::DataType::Utf8)
     };
-    if unmerged > MAX_HELD_BYTES || !utf8(key) || !utf8(column) {
+    if unmerged > held.limit() as u64 || unmeasured {
+        held.clear();
+        return Ok(None);
+    }
+    if !utf8(key) || !utf8(column) {
         return Ok(None);
     }
     let Some(fields) = columns
@@ -168,26 +264,19 @@ pub(crate) async fn keyed_rows(
     };
     let out_schema = Arc::new(Schema::new(fields));
     // Every generation of every shard, newest first within a shard.
-    let mut generations: Vec<Vec<Arc<HeldGeneration>>> = Vec::new();
-    for shard in &view.shards {
-        let mut newest_first = Vec::with_capacity(shard.sstables.len());
-        for (_, dir) in shard.sstables.iter().rev() {
-            let generation = held
-                .get(view, opener, &shard.snapshot.shard_id, dir, key)
-                .await?;
-            let stored_missing = schemas
-                .stored
-                .fields()
-                .iter()
-                .any(|f| generation.rows.column_by_name(f.name()).is_none());
-            if stored_missing {
-                return Ok(None);
-            }
-            newest_first.push(generation);
-        }
-        generations.push(newest_first);
+    let Some(generations) = held.of(view, opener, key).await? else {
+        return Ok(None);
+    };
+    let stored_missing = generations.iter().flatten().any(|generation| {
+        schemas
+            .stored
+            .fields()
+            .iter()
+            .any(|f| generation.rows.column_by_name(f.name()).is_none())
+    });
+    if stored_missing {
+        return Ok(None);
     }
-    held.retain(view);
     let wanted: HashSet<&str> = values.iter().copied().collect();
     let mut parts: Vec<RecordBatch> = Vec::new();
 
@@ -229,7 +318,10 @@ pub(crate) async fn keyed_rows(
                 None => rows,
             };
             if rows.num_rows() > 0 {
-                parts.push(shaped(&rows, &out_schema)?);
+                let Some(part) = shaped(&rows, &out_schema) else {
+                    return Ok(None);
+                };
+                parts.push(part);
             }
         }
     }
@@ -262,7 +354,10 @@ pub(crate) async fn keyed_rows(
             .collect();
         let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
         if batch.num_rows() > 0 {
-            parts.push(shaped(&batch, &out_schema)?);
+            let Some(part) = shaped(&batch, &out_schema) else {
+                return Ok(None);
+            };
+            parts.push(part);
         }
     }
     Ok(Some(arrow_select::concat::concat_batches(
@@ -291,25 +386,23 @@ fn visible(rows: &RecordBatch, hide: &Expr) -> Result<RecordBatch> {
 
 /// `rows`' columns of `schema`, by name, in its types. A generation stores
 /// its columns nullable (a Lance delete nulls all but the key); the rows
-/// kept are real rows, so a non-nullable column holds no null here — if one
-/// did, building the batch fails rather than returning it.
-fn shaped(rows: &RecordBatch, schema: &Arc<Schema>) -> Result<RecordBatch> {
+/// kept are real rows, so a non-nullable column holds no null here. `None`
+/// where the rows cannot take that shape (the caller reads through the LSM
+/// scanner instead).
+fn shaped(rows: &RecordBatch, schema: &Arc<Schema>) -> Option<RecordBatch> {
     let columns: Vec<ArrayRef> = schema
         .fields()
         .iter()
         .map(|f| {
-            let column = rows.column_by_name(f.name()).ok_or_else(|| {
-                Error::internal(format!("a keyed read lost column '{}'", f.name()))
-            })?;
+            let column = rows.column_by_name(f.name())?;
             if column.data_type() == f.data_type() {
-                Ok(column.clone())
+                Some(column.clone())
             } else {
-                Ok(arrow_cast::cast(column, f.data_type())?)
+                arrow_cast::cast(column, f.data_type()).ok()
             }
         })
-        .collect::<Result<_>>()?;
-    RecordBatch::try_new(schema.clone(), columns)
-        .map_err(|e| Error::internal(format!("shaping a keyed read: {e}")))
+        .collect::<Option<_>>()?;
+    RecordBatch::try_new(schema.clone(), columns).ok()
 }
 
 /// A string column of `batch`.

@@ -60,6 +60,9 @@ pub(crate) struct ShardView {
     /// Their rows and bytes as the writer measured them (0 where unmeasured).
     pub unmerged_rows: u64,
     pub unmerged_bytes: u64,
+    /// A generation whose bytes the writer did not measure (written by an
+    /// older Lance, or the measure failed): `unmerged_bytes` is short.
+    pub unmeasured: bool,
     /// The manifest no longer lists the generation right after the base's
     /// marker: cleanup removed generations this base snapshot does not hold
     /// yet (the base moved on while this reader paused), or the numbering
@@ -241,6 +244,9 @@ pub(crate) async fn shard_snapshots(
             let gap = lowest > merged_up_to + 1;
             let unmerged_rows = pending.iter().filter_map(|s| s.physical_rows).sum();
             let unmerged_bytes = pending.iter().filter_map(|s| s.in_memory_bytes).sum();
+            let unmeasured = pending
+                .iter()
+                .any(|s| s.in_memory_bytes.is_none_or(|b| b == 0));
             let mut sstables: Vec<(u64, String)> = pending
                 .iter()
                 .map(|s| (s.generation, s.path.clone()))
@@ -255,6 +261,7 @@ pub(crate) async fn shard_snapshots(
                 sstables,
                 unmerged_rows,
                 unmerged_bytes,
+                unmeasured,
                 gap,
             }))
         }

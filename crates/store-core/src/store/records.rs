@@ -287,6 +287,19 @@ impl Store {
             .transpose()
     }
 
+    /// Hold at most `bytes` of unmerged generations for keyed reads (tests
+    /// of the fallback to the LSM scanner).
+    #[cfg(feature = "failpoints")]
+    pub fn set_held_limit(&self, bytes: usize) {
+        self.engine.held.set_limit(bytes);
+    }
+
+    /// Bytes of unmerged generations held for keyed reads, and how many.
+    #[cfg(feature = "failpoints")]
+    pub fn held_generations(&self) -> (usize, usize) {
+        self.engine.held.held()
+    }
+
     /// [`crate::read::keyed_rows`] on a fresh view: the stored columns
     /// `stored` of the rows whose `column` is one of `values`.
     async fn held_rows(
