@@ -1719,23 +1719,36 @@ async fn held_generations_are_bounded_and_dropped_once_merged() {
     }
     let read = || store.held_rows_matching("external_id", &["e1", "e4"], Visibility::default());
     assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
-    let (bytes, held) = store.held_generations();
-    assert_eq!(held, 3);
+    let (bytes, held, loads) = store.held_generations();
+    assert_eq!((held, loads), (3, 3));
     assert!(bytes > 0);
+    // Held: a second read loads nothing.
+    assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
+    assert_eq!(store.held_generations().2, 3);
     store.merge().await.unwrap();
     assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
-    assert_eq!(store.held_generations(), (0, 0), "merged generations held");
+    assert_eq!(store.held_generations().1, 0, "merged generations held");
 
     for i in 3..6 {
         store.add(&add(i)).await.unwrap();
     }
     assert_eq!(read().await.unwrap().unwrap().num_rows(), 2);
     assert_eq!(store.held_generations().1, 3);
-    // Below what three generations hold: nothing is held, the read falls
-    // back, and an upsert through the fallback replaces the record.
-    store.set_held_limit(bytes / 2);
+    // Just below what three such generations hold (their writers measured
+    // less): loading passes the limit, nothing is held, the read falls back,
+    // and an upsert through the fallback replaces the record.
+    store.set_held_limit(bytes - 1);
     assert!(read().await.unwrap().is_none());
-    assert_eq!(store.held_generations(), (0, 0));
+    let (_, held, loads) = store.held_generations();
+    assert_eq!(held, 0);
+    // The refusal is remembered while those generations are unmerged: the
+    // next reads load nothing.
+    assert!(read().await.unwrap().is_none());
+    assert_eq!(
+        store.held_generations().2,
+        loads,
+        "loaded again after a refusal"
+    );
     let outcome = store
         .upsert(&records(&[("v4", Some("e4"), "v")], &[]))
         .await

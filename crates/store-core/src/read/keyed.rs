@@ -76,13 +76,33 @@ impl HeldGeneration {
 
 type Slot = Arc<tokio::sync::OnceCell<Arc<HeldGeneration>>>;
 
+/// A held generation: its shard, its number, and the slot its rows load into.
+struct Entry {
+    shard: uuid::Uuid,
+    generation: u64,
+    slot: Slot,
+}
+
+#[derive(Default)]
+struct Held {
+    /// By `<shard>/<dir>`.
+    entries: HashMap<String, Entry>,
+    /// The generations listed when holding them went past the limit: while
+    /// a view still lists every one of them, nothing is loaded (the tier
+    /// only grows until a merge takes some away).
+    refused: Vec<String>,
+}
+
 /// The unmerged generations a handle holds in memory, by shard and
 /// directory: each read once (two reads wanting one generation share the
-/// load), dropped once a read's view no longer lists it.
+/// load), dropped once a read's view shows it merged.
 pub(crate) struct HeldGenerations {
-    held: Mutex<HashMap<String, Slot>>,
+    held: Mutex<Held>,
     /// [`MAX_HELD_BYTES`], lowered by tests.
     limit: std::sync::atomic::AtomicUsize,
+    /// Generations a read found not loaded (tests: a refusal is remembered).
+    #[cfg(feature = "failpoints")]
+    loads: std::sync::atomic::AtomicUsize,
 }
 
 impl Default for HeldGenerations {
@@ -90,6 +110,8 @@ impl Default for HeldGenerations {
         Self {
             held: Mutex::default(),
             limit: MAX_HELD_BYTES.into(),
+            #[cfg(feature = "failpoints")]
+            loads: 0.into(),
         }
     }
 }
@@ -104,80 +126,122 @@ impl HeldGenerations {
     pub(crate) fn set_limit(&self, bytes: usize) {
         self.limit
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.lock().refused.clear();
     }
 
-    /// Bytes held now, and how many generations.
+    /// Bytes held now, how many generations, and how many loads reads
+    /// have started so far.
     #[cfg(feature = "failpoints")]
-    pub(crate) fn held(&self) -> (usize, usize) {
+    pub(crate) fn held(&self) -> (usize, usize, usize) {
         let held = self.lock();
         let loaded: Vec<usize> = held
+            .entries
             .values()
-            .filter_map(|s| s.get())
+            .filter_map(|e| e.slot.get())
             .map(|g| g.bytes)
             .collect();
-        (loaded.iter().sum(), loaded.len())
+        let loads = self.loads.load(std::sync::atomic::Ordering::Relaxed);
+        (loaded.iter().sum(), loaded.len(), loads)
     }
 
     /// The generations of `view`'s shards, newest first within each shard,
     /// read where not held yet. `None` (and nothing held any more) when they
-    /// would hold more than [`MAX_HELD_BYTES`].
+    /// would hold more than the limit ([`MAX_HELD_BYTES`]); loading stops as
+    /// soon as it passes it, and is not tried again until a merge takes one
+    /// of those generations away.
     async fn of(
         &self,
         view: &ReadView,
         opener: &Opener,
         key: &str,
     ) -> Result<Option<Vec<Vec<Arc<HeldGeneration>>>>> {
-        let listed: Vec<(usize, uuid::Uuid, &str)> = view
+        let listed: Vec<(usize, uuid::Uuid, u64, &str, String)> = view
             .shards
             .iter()
             .enumerate()
             .flat_map(|(i, s)| {
-                s.sstables
-                    .iter()
-                    .rev()
-                    .map(move |(_, dir)| (i, s.snapshot.shard_id, dir.as_str()))
+                s.sstables.iter().rev().map(move |(generation, dir)| {
+                    let shard = s.snapshot.shard_id;
+                    (
+                        i,
+                        shard,
+                        *generation,
+                        dir.as_str(),
+                        format!("{shard}/{dir}"),
+                    )
+                })
             })
             .collect();
-        // Only what this view lists stays held.
         let slots: Vec<Slot> = {
             let mut held = self.lock();
-            let mut kept = HashMap::with_capacity(listed.len());
-            for (_, shard, dir) in &listed {
-                let name = format!("{shard}/{dir}");
-                let slot = held.remove(&name).unwrap_or_default();
-                kept.insert(name, slot);
+            let names: HashSet<&str> = listed.iter().map(|l| l.4.as_str()).collect();
+            if !held.refused.is_empty() && held.refused.iter().all(|n| names.contains(n.as_str())) {
+                return Ok(None);
             }
-            *held = kept;
+            held.refused.clear();
+            // Drop what this view shows merged (at or below its shard's
+            // marker); a read on an older view leaves newer ones alone.
+            let merged: HashMap<uuid::Uuid, u64> = view
+                .shards
+                .iter()
+                .map(|s| (s.snapshot.shard_id, s.merged_up_to))
+                .collect();
+            held.entries
+                .retain(|_, e| merged.get(&e.shard).is_none_or(|&m| e.generation > m));
             listed
                 .iter()
-                .map(|(_, shard, dir)| held[&format!("{shard}/{dir}")].clone())
+                .map(|(_, shard, generation, _, name)| {
+                    held.entries
+                        .entry(name.clone())
+                        .or_insert_with(|| Entry {
+                            shard: *shard,
+                            generation: *generation,
+                            slot: Slot::default(),
+                        })
+                        .slot
+                        .clone()
+                })
                 .collect()
         };
+        #[cfg(feature = "failpoints")]
+        self.loads.fetch_add(
+            slots.iter().filter(|s| !s.initialized()).count(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let loads: Vec<_> = listed
             .iter()
             .zip(slots)
-            .map(|(&(_, shard, dir), slot)| load(slot, opener, &view.dataset, shard, dir, key))
+            .map(|(&(_, shard, _, dir, _), slot)| {
+                load(slot, opener, &view.dataset, shard, dir, key)
+            })
             .collect();
-        let loaded: Vec<Arc<HeldGeneration>> = futures::stream::iter(loads)
-            .buffered(LOADS_AT_ONCE)
-            .try_collect()
-            .await?;
-        if loaded.iter().map(|g| g.bytes).sum::<usize>() > self.limit() {
-            self.lock().clear();
-            return Ok(None);
+        let mut loading = futures::stream::iter(loads).buffered(LOADS_AT_ONCE);
+        let (mut loaded, mut bytes) = (Vec::with_capacity(listed.len()), 0);
+        while let Some(generation) = loading.try_next().await? {
+            bytes += generation.bytes;
+            if bytes > self.limit() {
+                drop(loading);
+                let mut held = self.lock();
+                held.entries.clear();
+                held.refused = listed.into_iter().map(|l| l.4).collect();
+                return Ok(None);
+            }
+            loaded.push(generation);
         }
         let mut by_shard: Vec<Vec<Arc<HeldGeneration>>> = vec![Vec::new(); view.shards.len()];
-        for ((shard, _, _), generation) in listed.iter().zip(loaded) {
+        for ((shard, ..), generation) in listed.iter().zip(loaded) {
             by_shard[*shard].push(generation);
         }
         Ok(Some(by_shard))
     }
 
     fn clear(&self) {
-        self.lock().clear();
+        let mut held = self.lock();
+        held.entries.clear();
+        held.refused.clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -319,6 +383,9 @@ pub(crate) async fn keyed_rows(
             };
             if rows.num_rows() > 0 {
                 let Some(part) = shaped(&rows, &out_schema) else {
+                    tracing::debug!(
+                        "generation rows do not take the stored shape; reading through the LSM scanner"
+                    );
                     return Ok(None);
                 };
                 parts.push(part);
@@ -355,6 +422,9 @@ pub(crate) async fn keyed_rows(
         let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
         if batch.num_rows() > 0 {
             let Some(part) = shaped(&batch, &out_schema) else {
+                tracing::debug!(
+                    "base rows do not take the stored shape; reading through the LSM scanner"
+                );
                 return Ok(None);
             };
             parts.push(part);

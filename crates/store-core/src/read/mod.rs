@@ -60,6 +60,9 @@ pub(crate) struct ShardView {
     /// Their rows and bytes as the writer measured them (0 where unmeasured).
     pub unmerged_rows: u64,
     pub unmerged_bytes: u64,
+    /// The base table's "merged up to" marker for this shard: generations
+    /// at or below it are merged.
+    pub merged_up_to: u64,
     /// A generation whose bytes the writer did not measure (written by an
     /// older Lance, or the measure failed): `unmerged_bytes` is short.
     pub unmeasured: bool,
@@ -261,6 +264,7 @@ pub(crate) async fn shard_snapshots(
                 sstables,
                 unmerged_rows,
                 unmerged_bytes,
+                merged_up_to,
                 unmeasured,
                 gap,
             }))

@@ -294,9 +294,10 @@ impl Store {
         self.engine.held.set_limit(bytes);
     }
 
-    /// Bytes of unmerged generations held for keyed reads, and how many.
+    /// Bytes of unmerged generations held for keyed reads, how many, and
+    /// how many loads of one reads have started so far.
     #[cfg(feature = "failpoints")]
-    pub fn held_generations(&self) -> (usize, usize) {
+    pub fn held_generations(&self) -> (usize, usize, usize) {
         self.engine.held.held()
     }
 
