@@ -765,8 +765,35 @@ impl Store {
         if ids.is_empty() {
             return Ok(RecordBatch::new_empty(schema));
         }
+        let stored: Vec<String> = match projection {
+            Some(columns) => columns.to_vec(),
+            None => self.schemas.readable_columns(),
+        };
+        let stored = stored.as_slice();
         let batches = self
             .on_view(|view| async move {
+                // With a small unmerged tier, from the held generations and
+                // the base table's key index, not a lookup per generation.
+                if !view.nothing_unmerged() {
+                    let read = crate::read::KeyedRead {
+                        column: &self.schemas.key,
+                        values: ids,
+                        hide: None,
+                        columns: stored,
+                        small_tier_only: true,
+                    };
+                    let held = crate::read::keyed_rows(
+                        &view,
+                        &self.schemas,
+                        &self.engine.opener,
+                        &self.engine.held,
+                        read,
+                    )
+                    .await?;
+                    if let Some(rows) = held {
+                        return Ok(vec![self.schemas.conform_for_read(&rows, projection)?]);
+                    }
+                }
                 let plan = plan_lookup(&view, &self.schemas, ids, projection).await?;
                 collect(execute(
                     plan,

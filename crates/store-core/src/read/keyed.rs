@@ -281,7 +281,16 @@ pub(crate) struct KeyedRead<'a> {
     pub values: &'a [&'a str],
     pub hide: Option<&'a Expr>,
     pub columns: &'a [String],
+    /// Only when the unmerged tier is at most [`LOOKUP_TIER_BYTES`] (point
+    /// lookups: a lookup loads at most that much it does not hold yet; a
+    /// larger tier is looked up generation by generation, and what the
+    /// record writes hold is left alone).
+    pub small_tier_only: bool,
 }
+
+/// The largest unmerged tier (as its writers measured it) a point lookup
+/// reads through the held generations.
+pub(crate) const LOOKUP_TIER_BYTES: u64 = 16 << 20;
 
 /// The rows of `view` whose `column` is one of `values`, newest version per
 /// key, that `hide` (the visibility rule) leaves visible: the stored
@@ -302,10 +311,14 @@ pub(crate) async fn keyed_rows(
         values,
         hide,
         columns,
+        small_tier_only,
     } = read;
     let key = schemas.key.as_str();
     let unmerged: u64 = view.shards.iter().map(|s| s.unmerged_bytes).sum();
     let unmeasured = view.shards.iter().any(|s| s.unmeasured);
+    if small_tier_only && (unmeasured || unmerged > LOOKUP_TIER_BYTES) {
+        return Ok(None);
+    }
     let utf8 = |c: &str| {
         schemas
             .stored
@@ -394,7 +407,7 @@ pub(crate) async fn keyed_rows(
     }
 
     // The base table's matching rows that no generation rewrote.
-    let mut filter = super::in_list(column, values);
+    let mut filter = super::key_filter(column, values);
     if let Some(hide) = hide {
         filter = filter.and(hide.clone());
     }

@@ -323,6 +323,7 @@ impl Store {
                     values,
                     hide,
                     columns: stored,
+                    small_tier_only: false,
                 },
             )
             .await
