@@ -1905,3 +1905,55 @@ async fn upserts_racing_merges_and_cleanup_never_fork_a_record() {
         .expect("the held path applies");
     assert_eq!(ids(&held), ids(&shown));
 }
+
+/// A lookup reads the held generations, and loads one it does not hold only
+/// when that is small: a large generation just written is looked up through
+/// Lance's planner (its key index) until a record write holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    store
+        .add(&records(&[("a", Some("ea"), "small")], &[]))
+        .await
+        .unwrap();
+    assert!(store.get("a").await.unwrap().is_some());
+    let (_, held, loads) = store.held_generations();
+    assert_eq!((held, loads), (1, 1), "a small generation is held");
+    // Over a megabyte in one generation.
+    let text = "x".repeat(1000);
+    let keys: Vec<(String, String)> = (0..1500)
+        .map(|i| (format!("big-{i}"), format!("ebig-{i}")))
+        .collect();
+    let rows: Vec<(&str, Option<&str>, &str)> = keys
+        .iter()
+        .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), text.as_str()))
+        .collect();
+    store.add(&records(&rows, &[])).await.unwrap();
+    let loads = store.held_generations().2;
+    for id in ["a", "big-7", "big-1499"] {
+        let found = store.get(id).await.unwrap().expect(id);
+        assert_eq!(ids(&found), vec![id]);
+    }
+    assert!(store.get("big-1500").await.unwrap().is_none());
+    assert_eq!(
+        store.held_generations().2,
+        loads,
+        "a lookup loaded the large generation"
+    );
+    // A record write holds it; lookups then read it from memory.
+    store
+        .upsert(&records(&[("v", Some("ebig-7"), "v")], &[]))
+        .await
+        .unwrap();
+    let found = store.get("big-7").await.unwrap().unwrap();
+    let superseded_by = found
+        .column_by_name("superseded_by_id")
+        .unwrap()
+        .as_string::<i32>()
+        .value(0)
+        .to_string();
+    assert_eq!(superseded_by, "v");
+    // The small one, the large one, and the upsert's own.
+    assert_eq!(store.held_generations().1, 3);
+}

@@ -765,10 +765,19 @@ impl Store {
         if ids.is_empty() {
             return Ok(RecordBatch::new_empty(schema));
         }
-        let stored: Vec<String> = match projection {
-            Some(columns) => columns.to_vec(),
+        // The stored columns asked for (those the dataset lacks come back
+        // null), and the key.
+        let mut stored: Vec<String> = match projection {
+            Some(columns) => columns
+                .iter()
+                .filter(|c| self.schemas.stored.field_with_name(c).is_ok())
+                .cloned()
+                .collect(),
             None => self.schemas.readable_columns(),
         };
+        if !stored.contains(&self.schemas.key) {
+            stored.push(self.schemas.key.clone());
+        }
         let stored = stored.as_slice();
         let batches = self
             .on_view(|view| async move {

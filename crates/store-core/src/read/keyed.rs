@@ -154,6 +154,7 @@ impl HeldGenerations {
         view: &ReadView,
         opener: &Opener,
         key: &str,
+        lookup: bool,
     ) -> Result<Option<Vec<Vec<Arc<HeldGeneration>>>>> {
         let listed: Vec<(usize, uuid::Uuid, u64, &str, String)> = view
             .shards
@@ -221,6 +222,10 @@ impl HeldGenerations {
             bytes += generation.bytes;
             if bytes > self.limit() {
                 drop(loading);
+                if lookup {
+                    // A lookup leaves what record writes hold alone.
+                    return Ok(None);
+                }
                 let mut held = self.lock();
                 held.entries.clear();
                 held.refused = listed.into_iter().map(|l| l.4).collect();
@@ -233,6 +238,25 @@ impl HeldGenerations {
             by_shard[*shard].push(generation);
         }
         Ok(Some(by_shard))
+    }
+
+    /// Bytes (as their writers measured them) of `view`'s generations not
+    /// held yet.
+    fn unheld_bytes(&self, view: &ReadView) -> u64 {
+        let held = self.lock();
+        view.shards
+            .iter()
+            .flat_map(|s| {
+                s.sstables.iter().map(move |(_, dir)| {
+                    (
+                        format!("{}/{dir}", s.snapshot.shard_id),
+                        s.sstable_bytes.get(dir),
+                    )
+                })
+            })
+            .filter(|(name, _)| held.entries.get(name).is_none_or(|e| !e.slot.initialized()))
+            .map(|(_, bytes)| bytes.copied().unwrap_or(0))
+            .sum()
     }
 
     fn clear(&self) {
@@ -292,6 +316,11 @@ pub(crate) struct KeyedRead<'a> {
 /// reads through the held generations.
 pub(crate) const LOOKUP_TIER_BYTES: u64 = 16 << 20;
 
+/// The most a point lookup loads of generations not held yet (as their
+/// writers measured them): loading a large new generation whole costs more
+/// than looking a few keys up in it.
+pub(crate) const LOOKUP_LOAD_BYTES: u64 = 1 << 20;
+
 /// The rows of `view` whose `column` is one of `values`, newest version per
 /// key, that `hide` (the visibility rule) leaves visible: the stored
 /// columns `columns` (which include the key), in the stored schema's types.
@@ -316,7 +345,11 @@ pub(crate) async fn keyed_rows(
     let key = schemas.key.as_str();
     let unmerged: u64 = view.shards.iter().map(|s| s.unmerged_bytes).sum();
     let unmeasured = view.shards.iter().any(|s| s.unmeasured);
-    if small_tier_only && (unmeasured || unmerged > LOOKUP_TIER_BYTES) {
+    if small_tier_only
+        && (unmeasured
+            || unmerged > LOOKUP_TIER_BYTES.min(held.limit() as u64)
+            || held.unheld_bytes(view) > LOOKUP_LOAD_BYTES)
+    {
         return Ok(None);
     }
     let utf8 = |c: &str| {
@@ -341,7 +374,7 @@ pub(crate) async fn keyed_rows(
     };
     let out_schema = Arc::new(Schema::new(fields));
     // Every generation of every shard, newest first within a shard.
-    let Some(generations) = held.of(view, opener, key).await? else {
+    let Some(generations) = held.of(view, opener, key, small_tier_only).await? else {
         return Ok(None);
     };
     let stored_missing = generations.iter().flatten().any(|generation| {
@@ -481,7 +514,11 @@ fn shaped(rows: &RecordBatch, schema: &Arc<Schema>) -> Option<RecordBatch> {
             if column.data_type() == f.data_type() {
                 Some(column.clone())
             } else {
-                arrow_cast::cast(column, f.data_type()).ok()
+                let strict = arrow_cast::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                };
+                arrow_cast::cast_with_options(column, f.data_type(), &strict).ok()
             }
         })
         .collect::<Option<_>>()?;

@@ -60,6 +60,9 @@ pub(crate) struct ShardView {
     /// Their rows and bytes as the writer measured them (0 where unmeasured).
     pub unmerged_rows: u64,
     pub unmerged_bytes: u64,
+    /// Each listed generation's bytes as its writer measured them (0 where
+    /// unmeasured), by directory.
+    pub sstable_bytes: HashMap<String, u64>,
     /// The base table's "merged up to" marker for this shard: generations
     /// at or below it are merged.
     pub merged_up_to: u64,
@@ -250,11 +253,14 @@ pub(crate) async fn shard_snapshots(
             let unmeasured = pending
                 .iter()
                 .any(|s| s.in_memory_bytes.is_none_or(|b| b == 0));
-            let mut sstables: Vec<(u64, String)> = pending
+            let mut sized: Vec<(u64, String, u64)> = pending
                 .iter()
-                .map(|s| (s.generation, s.path.clone()))
+                .map(|s| (s.generation, s.path.clone(), s.in_memory_bytes.unwrap_or(0)))
                 .collect();
-            sstables.sort();
+            sized.sort();
+            let sstable_bytes: HashMap<String, u64> =
+                sized.iter().map(|(_, p, b)| (p.clone(), *b)).collect();
+            let sstables: Vec<(u64, String)> = sized.into_iter().map(|(g, p, _)| (g, p)).collect();
             for (generation, path) in &sstables {
                 snapshot = snapshot.with_sstable(*generation, path.clone());
             }
@@ -264,6 +270,7 @@ pub(crate) async fn shard_snapshots(
                 sstables,
                 unmerged_rows,
                 unmerged_bytes,
+                sstable_bytes,
                 merged_up_to,
                 unmeasured,
                 gap,

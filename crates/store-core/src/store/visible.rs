@@ -267,6 +267,7 @@ impl Rules {
                 sstables: merged.sstables.clone(),
                 unmerged_rows: 0,
                 unmerged_bytes: 0,
+                sstable_bytes: Default::default(),
                 merged_up_to: 0,
                 unmeasured: true,
                 gap: false,
