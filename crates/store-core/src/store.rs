@@ -766,8 +766,8 @@ impl Store {
             return Ok(RecordBatch::new_empty(schema));
         }
         // The stored columns asked for (those the dataset lacks come back
-        // null), and the key.
-        let mut stored: Vec<String> = match projection {
+        // null).
+        let stored: Vec<String> = match projection {
             Some(columns) => columns
                 .iter()
                 .filter(|c| self.schemas.stored.field_with_name(c).is_ok())
@@ -775,9 +775,6 @@ impl Store {
                 .collect(),
             None => self.schemas.readable_columns(),
         };
-        if !stored.contains(&self.schemas.key) {
-            stored.push(self.schemas.key.clone());
-        }
         let stored = stored.as_slice();
         let batches = self
             .on_view(|view| async move {
@@ -791,15 +788,7 @@ impl Store {
                         columns: stored,
                         small_tier_only: true,
                     };
-                    let held = crate::read::keyed_rows(
-                        &view,
-                        &self.schemas,
-                        &self.engine.opener,
-                        &self.engine.held,
-                        read,
-                    )
-                    .await?;
-                    if let Some(rows) = held {
+                    if let Some(rows) = self.keyed(&view, read).await? {
                         return Ok(vec![self.schemas.conform_for_read(&rows, projection)?]);
                     }
                 }

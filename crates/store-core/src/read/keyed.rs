@@ -428,10 +428,7 @@ pub(crate) async fn keyed_rows(
                 None => rows,
             };
             if rows.num_rows() > 0 {
-                let Some(part) = shaped(&rows, &out_schema) else {
-                    tracing::debug!(
-                        "generation rows do not take the stored shape; reading through the LSM scanner"
-                    );
+                let Some(part) = shaped(&rows, &out_schema, "generation") else {
                     return Ok(None);
                 };
                 parts.push(part);
@@ -467,10 +464,7 @@ pub(crate) async fn keyed_rows(
             .collect();
         let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
         if batch.num_rows() > 0 {
-            let Some(part) = shaped(&batch, &out_schema) else {
-                tracing::debug!(
-                    "base rows do not take the stored shape; reading through the LSM scanner"
-                );
+            let Some(part) = shaped(&batch, &out_schema, "base") else {
                 return Ok(None);
             };
             parts.push(part);
@@ -505,7 +499,17 @@ fn visible(rows: &RecordBatch, hide: &Expr) -> Result<RecordBatch> {
 /// kept are real rows, so a non-nullable column holds no null here. `None`
 /// where the rows cannot take that shape (the caller reads through the LSM
 /// scanner instead).
-fn shaped(rows: &RecordBatch, schema: &Arc<Schema>) -> Option<RecordBatch> {
+fn shaped(rows: &RecordBatch, schema: &Arc<Schema>, source: &str) -> Option<RecordBatch> {
+    let shaped = shape(rows, schema);
+    if shaped.is_none() {
+        tracing::debug!(
+            "{source} rows do not take the stored shape; reading through the LSM scanner"
+        );
+    }
+    shaped
+}
+
+fn shape(rows: &RecordBatch, schema: &Arc<Schema>) -> Option<RecordBatch> {
     let columns: Vec<ArrayRef> = schema
         .fields()
         .iter()

@@ -313,21 +313,32 @@ impl Store {
         let hide = self.visibility_expr(&visibility)?;
         let hide = hide.as_ref();
         self.on_view(|view| async move {
-            crate::read::keyed_rows(
-                &view,
-                &self.schemas,
-                &self.engine.opener,
-                &self.engine.held,
-                crate::read::KeyedRead {
-                    column,
-                    values,
-                    hide,
-                    columns: stored,
-                    small_tier_only: false,
-                },
-            )
-            .await
+            let read = crate::read::KeyedRead {
+                column,
+                values,
+                hide,
+                columns: stored,
+                small_tier_only: false,
+            };
+            self.keyed(&view, read).await
         })
+        .await
+    }
+
+    /// [`crate::read::keyed_rows`] with this handle's schemas, opener and
+    /// held generations.
+    pub(crate) async fn keyed(
+        &self,
+        view: &crate::read::ReadView,
+        read: crate::read::KeyedRead<'_>,
+    ) -> Result<Option<RecordBatch>> {
+        crate::read::keyed_rows(
+            view,
+            &self.schemas,
+            &self.engine.opener,
+            &self.engine.held,
+            read,
+        )
         .await
     }
 
