@@ -1283,6 +1283,145 @@ async fn a_merge_carries_the_visible_count_to_the_version_it_makes() {
     assert_eq!(fresh.count(Some("id IS NOT NULL")).await.unwrap(), 4);
 }
 
+/// Every merge extends the key indexes (the key's and the secondary key's)
+/// with a segment of its own, and a keyed read searches each; past four
+/// segments a refresh folds all but the first into one. The folded indexes
+/// still find every key: lookups, the unique check of an add and an upsert
+/// by secondary key all answer from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_index_segments_are_folded_past_four() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let mut most = 0;
+    let mut ids: Vec<String> = Vec::new();
+    for round in 0..9 {
+        let rows: Vec<(String, String)> = (0..3)
+            .map(|i| (format!("r{round}-{i}"), format!("e{round}-{i}")))
+            .collect();
+        let refs: Vec<(&str, Option<&str>, &str)> = rows
+            .iter()
+            .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
+            .collect();
+        store.add(&records(&refs, &[])).await.unwrap();
+        store.merge().await.unwrap();
+        ids.extend(rows.into_iter().map(|(id, _)| id));
+        let stats = store.stats().await.unwrap();
+        for name in ["id_idx", "external_id_idx"] {
+            let index = stats
+                .indexes
+                .iter()
+                .find(|i| i.name == name)
+                .unwrap_or_else(|| panic!("no {name}: {:?}", stats.indexes));
+            assert!(index.covers_all_rows, "round {round}: {index:?}");
+            assert!(index.segments <= 4, "round {round}: {index:?}");
+            most = most.max(index.segments);
+        }
+    }
+    assert!(
+        most >= 3,
+        "the indexes were never extended ({most} segments)"
+    );
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    assert_eq!(store.get_many(&refs).await.unwrap().num_rows(), ids.len());
+    let taken = store
+        .add(&records(&[("fresh", Some("e0-1"), "t")], &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(taken.kind(), ErrorKind::AlreadyExists, "{taken}");
+    let outcome = store
+        .upsert(&records(&[("v2", Some("e4-2"), "t")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(outcome[0].replaced_id.as_deref(), Some("r4-2"));
+}
+
+/// A compaction carries the visible count: the compacted version holds the
+/// same rows in new files, so the count of the version it compacted — its
+/// listed expiries too — is shared for it, and the first `count()` after a
+/// compaction, in any process, reads no base rows. Proven with a doctored
+/// count: a new handle counts the doctored number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_carries_the_visible_count() {
+    let (_dir, uri) = temp_uri();
+    let path = std::path::Path::new(&uri).join("_lance_context/visible_count");
+    let fields = || shared_count_fields(&path);
+    let later = (clock_micros() + 3_600_000_000).to_string();
+    let store = store(&uri).await;
+    // Three merges: three fragments, one row deleted (a deletion file the
+    // compaction materialises), one row with an expiry ahead.
+    for round in 0..3 {
+        let (a, b) = (format!("a{round}"), format!("b{round}"));
+        let (ea, eb) = (format!("ea{round}"), format!("eb{round}"));
+        store
+            .add(&records(
+                &[
+                    (a.as_str(), Some(ea.as_str()), ""),
+                    (b.as_str(), Some(eb.as_str()), ""),
+                ],
+                &[(
+                    "expires_at",
+                    vec![None, (round == 1).then_some(later.as_str())],
+                )],
+            ))
+            .await
+            .unwrap();
+        store.merge().await.unwrap();
+    }
+    store.delete(&["a0"]).await.unwrap();
+    store.merge().await.unwrap();
+    let before = fields();
+    assert_eq!(before[5], "5", "{before:?}");
+    assert_eq!(before[6], later, "{before:?}");
+    // Doctored, and a new handle (the old one remembers the true count).
+    store.close().await.unwrap();
+    let mut doctored = before.clone();
+    doctored[5] = "1005".into();
+    std::fs::write(&path, format!("{}\n", doctored.join(" "))).unwrap();
+    let store = Store::open(caps_config(&uri)).await.unwrap();
+
+    let stats = store.compact().await.unwrap();
+    assert!(stats.fragments_removed > 1, "{stats:?}");
+    let after = fields();
+    assert!(
+        after[1].parse::<u64>().unwrap() > before[1].parse::<u64>().unwrap(),
+        "the compacted version: {after:?}"
+    );
+    assert_ne!(after[2], before[2], "other data files: {after:?}");
+    assert_eq!(
+        after[5], "1005",
+        "carried from the doctored count: {after:?}"
+    );
+    assert_eq!(after[6], later, "the expiries ahead: {after:?}");
+    let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(
+        fresh.count(None).await.unwrap(),
+        1005,
+        "the count read no rows"
+    );
+
+    // The truth, counted afresh. A compaction with no count known for the
+    // version it compacted carries none (it never scans for one).
+    std::fs::remove_file(&path).unwrap();
+    let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(fresh.count(None).await.unwrap(), 5);
+    for round in 3..5 {
+        let (a, ea) = (format!("a{round}"), format!("ea{round}"));
+        store
+            .add(&records(&[(a.as_str(), Some(ea.as_str()), "")], &[]))
+            .await
+            .unwrap();
+        store.merge().await.unwrap();
+    }
+    store.close().await.unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let store = Store::open(caps_config(&uri)).await.unwrap();
+    assert!(store.compact().await.unwrap().fragments_removed > 1);
+    assert!(!path.exists(), "nothing carried: {:?}", fields());
+    let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(fresh.count(None).await.unwrap(), 7);
+    assert_eq!(fields()[5], "7");
+}
+
 /// A count lists the expiries of the rows it counts: when one passes, the
 /// count drops by that row without reading the table (the shared count is
 /// not taken again) — and a merge that replaces a row with a listed expiry

@@ -337,6 +337,10 @@ pub struct IndexStatus {
     pub covers_all_rows: bool,
     /// Fragments written since it was built.
     pub unindexed_fragments: usize,
+    /// Segments a search reads (one per extension over new fragments until
+    /// a fold or a compaction; 0 from a server that does not report them).
+    #[serde(default)]
+    pub segments: usize,
 }
 
 /// What a merge did (`POST …/merge`; the CLI's `store merge`).

@@ -34,6 +34,7 @@ pub fn store_status(stats: &StoreStats, rows: u64) -> StoreStatus {
                 columns: i.columns.clone(),
                 covers_all_rows: i.covers_all_rows,
                 unindexed_fragments: i.unindexed_fragments,
+                segments: i.segments,
             })
             .collect(),
         last_background_error: stats.last_background_error.clone(),

@@ -212,6 +212,27 @@ impl Rules {
         Ok(visible)
     }
 
+    /// After a compaction that committed right on top of `before`: `after`
+    /// holds the same rows in new files (a compaction moves rows and drops
+    /// deleted ones, which were never counted), so the count known for
+    /// `before` — remembered or shared — holds for `after` as it is, its
+    /// listed expiries included. Without it the first `count()` after every
+    /// compaction read the visibility columns of every row. Nothing is
+    /// carried when no count of `before` is known (nothing is scanned).
+    pub(crate) async fn carry_rewrite(&self, before: &Dataset, after: &Dataset) {
+        let now = now_micros();
+        let Some(count) = self.known(before, now).await else {
+            tracing::debug!("no visible count known before the compaction: none carried");
+            return;
+        };
+        let count = VisibleCount {
+            version: after.version().version,
+            data: fingerprint(after),
+            ..count
+        };
+        self.keep(after, count).await;
+    }
+
     /// After a merge: the count of the base version it made, from the count
     /// of the version it merged into (remembered or shared; 0 for an empty
     /// table) adjusted by the generations it merged — as a read adjusts the

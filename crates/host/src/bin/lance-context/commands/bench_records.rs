@@ -312,6 +312,28 @@ pub async fn run(
         unmerged.iter().map(|(_, n)| n).sum::<usize>()
     );
     line(&label, percentile(&gp, 0.5), percentile(&gr, 0.5));
+    // "after a compaction": what the upserts left merged, the fragments
+    // compacted, then a new handle counts (the compaction carries the count
+    // to the version it makes: the same rows in new files). Once per store,
+    // last (the figures above run on the stores as merges left them); the
+    // counts repeated on new handles.
+    let mut compacted = Vec::new();
+    for caps in [false, true] {
+        let store = if caps { &pair.records } else { &pair.plain };
+        store.merge().await?;
+        store.compact().await?;
+        let mut took = Vec::new();
+        for _ in 0..repeats {
+            took.push(count_on_a_new_handle(caps).await?);
+        }
+        took.sort();
+        compacted.push(percentile(&took, 0.5));
+    }
+    line(
+        "count (new handle, after a compaction)",
+        compacted[0],
+        compacted[1],
+    );
     pair.plain.close().await?;
     pair.records.close().await?;
     Ok(())

@@ -32,7 +32,7 @@ pub fn status(out: &Out, stats: &StoreStats, rows: u64) -> Result<()> {
         }
         for i in &status.indexes {
             s.push_str(&format!(
-                "\nindex {} ({}) on {}: {}",
+                "\nindex {} ({}) on {}: {}, {} segment(s)",
                 i.name,
                 i.kind,
                 i.columns.join(", "),
@@ -40,7 +40,8 @@ pub fn status(out: &Out, stats: &StoreStats, rows: u64) -> Result<()> {
                     "covers all rows".to_string()
                 } else {
                     format!("{} fragment(s) not indexed yet", i.unindexed_fragments)
-                }
+                },
+                i.segments
             ));
         }
         if let Some(e) = &status.last_background_error {
