@@ -1090,6 +1090,106 @@ fn every_bad_line_is_reported_and_a_reject_file_sets_them_aside() {
     assert_eq!(count(root, "strict"), 3);
 }
 
+/// A record the plugin refuses for what else is in the batch — a key that
+/// repeats an earlier record's — goes to the reject file like any other
+/// refusal (the batch passes without it), and the rest is added.
+#[test]
+fn a_repeated_key_is_set_aside_by_the_reject_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    ok(
+        root,
+        &[
+            "store",
+            "create",
+            "ctx",
+            "--plugin",
+            "context",
+            "--param",
+            "embedding_dim=4",
+        ],
+    );
+    let input = [
+        r#"{"id": "a", "run_id": "r"}"#,
+        r#"{"id": "b", "run_id": "r"}"#,
+        r#"{"id": "c", "run_id": "r"}"#,
+        r#"{"id": "b", "run_id": "r", "text_payload": "again"}"#,
+        r#"{"id": "d", "run_id": "r"}"#,
+    ]
+    .join("\n")
+        + "\n";
+    // Without a reject file the batch is refused whole.
+    let (code, _, err) = cli(root, &["store", "add", "ctx", "-"], &input);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 4, column 'id'"), "{err}");
+    assert!(err.contains("repeats an earlier record"), "{err}");
+    assert_eq!(count(root, "ctx"), 0);
+    let rejects = root.join("rejects.jsonl");
+    let (code, out, err) = json(
+        root,
+        &[
+            "store",
+            "add",
+            "ctx",
+            "-",
+            "--reject-file",
+            rejects.to_str().unwrap(),
+        ],
+        &input,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["records"], 4, "{out:?}");
+    assert_eq!(out[0]["rejected"], 1, "{out:?}");
+    let refused: Vec<Value> = std::fs::read_to_string(&rejects)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["line"], 4, "{refused:?}");
+    assert_eq!(refused[0]["errors"][0]["code"], "duplicate", "{refused:?}");
+    assert_eq!(count(root, "ctx"), 4);
+    let b: Vec<Value> = ok(root, &["store", "get", "ctx", "b"]);
+    assert!(b[0]["text_payload"].is_null(), "the first b kept: {b:?}");
+}
+
+/// `store index` on fewer merged rows than training needs says that the
+/// index covers no rows yet, rather than reporting it built.
+#[test]
+fn an_index_that_trained_on_nothing_is_said_to_cover_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    ok(
+        root,
+        &[
+            "store",
+            "create",
+            "ctx",
+            "--plugin",
+            "context",
+            "--param",
+            "embedding_dim=4",
+        ],
+    );
+    let input: String = (0..20)
+        .map(|i| {
+            format!(r#"{{"id": "m{i}", "run_id": "r", "embedding": [{i}.0, 1.0, 0.5, 0.25]}}"#)
+                + "\n"
+        })
+        .collect();
+    let (code, _, err) = cli(root, &["store", "add", "ctx", "-"], &input);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(root, &["store", "merge", "ctx"], "");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(root, &["store", "index", "ctx"], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("covers no rows yet"), "{err}");
+    assert!(err.contains("20 row(s)"), "{err}");
+    let (code, out, err) = json(root, &["store", "index", "ctx"], "");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out[0]["covers_all_rows"], false, "{out:?}");
+}
+
 /// A read on a root that holds no registry is a mistyped --root: said, and
 /// nothing created there.
 #[test]

@@ -309,7 +309,7 @@ fn duplicates(values: &StringArray, column: &str, errors: &mut RowErrors) {
                 row,
                 Some(column),
                 "duplicate",
-                format!("{column} '{v}' repeats row {earlier}"),
+                format!("{column} '{v}' repeats an earlier record of the batch (batch row {earlier}, counted from 0)"),
             );
         } else {
             first.insert(v, row);

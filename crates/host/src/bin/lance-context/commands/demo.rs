@@ -321,7 +321,24 @@ pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
     );
     let t = Instant::now();
     memories.build_vector_index("embedding").await?;
-    demo.say("vector index", "IVF index on memories.embedding".into(), t);
+    let stats = memories.stats().await?;
+    let trained = stats
+        .indexes
+        .iter()
+        .any(|i| i.name == "embedding_idx" && i.covers_all_rows);
+    demo.say(
+        "vector index",
+        if trained {
+            "IVF index on memories.embedding".into()
+        } else {
+            format!(
+                "IVF index on memories.embedding defined, not trained: {} row(s) \
+                 (training needs 256); searches are exact",
+                stats.rows_in_base
+            )
+        },
+        t,
+    );
 
     // 5. Reads.
     let t = Instant::now();

@@ -115,8 +115,8 @@ enum StoreCommand {
     /// `store add` reads back.
     Export(export::ExportCommand),
     /// Delete records by key: tombstones when the schema declares them
-    /// (visible records only; prints which were deleted), else the engine's
-    /// delete.
+    /// (hidden records — expired, retired, older versions — included; prints
+    /// which were deleted), else the engine's delete.
     Delete {
         name: String,
         #[arg(required = true)]
@@ -483,18 +483,48 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 let result = named.build_vector_index(&column).await;
                 bar.finish_and_clear();
                 result?;
+                let seconds = t.elapsed().as_secs_f64();
+                // Lance trains nothing on fewer rows than its quantizer
+                // needs (256): the index then covers no rows yet, which is
+                // said rather than reported as built.
+                let stats = named.stats().await?;
+                let index = stats
+                    .indexes
+                    .iter()
+                    .find(|i| i.name == format!("{column}_idx"));
+                let covers = index.is_some_and(|i| i.covers_all_rows);
+                if !covers && !out.json_errors {
+                    if stats.rows_in_base < 256 {
+                        eprintln!(
+                            "warning: the index on {column} covers no rows yet: the base \
+                             table's {} row(s) are fewer than training needs (256); searches \
+                             stay exact (brute force) and the merge that brings enough rows \
+                             trains it",
+                            stats.rows_in_base
+                        );
+                    } else {
+                        eprintln!(
+                            "warning: the index on {column} does not cover {} fragment(s) \
+                             (written meanwhile); their rows are searched exactly until the \
+                             next merge extends it",
+                            index.map_or(0, |i| i.unindexed_fragments)
+                        );
+                    }
+                }
                 built.push(serde_json::json!({
                     "column": column,
-                    "seconds": t.elapsed().as_secs_f64(),
+                    "seconds": seconds,
+                    "covers_all_rows": covers,
                 }));
             }
             out.list(
                 &built,
-                &["column", "seconds"],
+                &["column", "seconds", "covers_all_rows"],
                 |b| {
                     vec![
                         b["column"].as_str().unwrap_or_default().to_string(),
                         format!("{:.2}", b["seconds"].as_f64().unwrap_or(0.0)),
+                        b["covers_all_rows"].as_bool().unwrap_or(false).to_string(),
                     ]
                 },
                 "",
@@ -1112,8 +1142,9 @@ async fn add_chunks(
 }
 
 /// The rows of `batch` that `result` refuses one by one, with why: the
-/// plugin's row errors, each row confirmed to fail on its own (a refusal
-/// that depends on the rest of the batch is not the row's), or the engine's
+/// plugin's row errors, each row confirmed to fail on its own — or, when a
+/// refusal depends on the rest of the batch (a repeated key), the batch
+/// confirmed to pass without the refused rows — or the engine's
 /// refusal of one row (a key that exists, a repeat in the batch, a null
 /// key). `None` when the refusal is not of single rows.
 async fn refused_rows(
@@ -1141,10 +1172,35 @@ async fn refused_rows(
             if by_row.keys().any(|&row| row >= batch.num_rows()) {
                 return None;
             }
+            let mut of_the_batch = false;
             for &row in by_row.keys() {
                 let alone =
                     lance_context_host::prepare(named.plugin(), &batch.slice(row, 1), 0).await;
                 if alone.is_ok() {
+                    of_the_batch = true;
+                    break;
+                }
+            }
+            // A row refused for what else is in the batch (a repeat of an
+            // earlier record) is set aside only when the batch without the
+            // refused rows passes: then the refusal was theirs.
+            if of_the_batch {
+                let rest: Vec<u32> = (0..batch.num_rows())
+                    .filter(|row| !by_row.contains_key(row))
+                    .map(|row| row as u32)
+                    .collect();
+                if rest.is_empty() {
+                    return None;
+                }
+                let rest = arrow_select::take::take_record_batch(
+                    batch,
+                    &arrow_array::UInt32Array::from(rest),
+                )
+                .ok()?;
+                if lance_context_host::prepare(named.plugin(), &rest, 0)
+                    .await
+                    .is_err()
+                {
                     return None;
                 }
             }
