@@ -1090,15 +1090,11 @@ fn every_bad_line_is_reported_and_a_reject_file_sets_them_aside() {
     assert_eq!(count(root, "strict"), 3);
 }
 
-/// A record the plugin refuses for what else is in the batch — a key that
-/// repeats an earlier record's — goes to the reject file like any other
-/// refusal (the batch passes without it), and the rest is added.
-#[test]
-fn a_repeated_key_is_set_aside_by_the_reject_file() {
+/// A root with a context store `ctx` (4-dimensional embeddings).
+fn context_store() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
     ok(
-        root,
+        dir.path(),
         &[
             "store",
             "create",
@@ -1109,6 +1105,16 @@ fn a_repeated_key_is_set_aside_by_the_reject_file() {
             "embedding_dim=4",
         ],
     );
+    dir
+}
+
+/// A record the plugin refuses for what else is in the batch — a key that
+/// repeats an earlier record's — goes to the reject file like any other
+/// refusal (the batch passes without it), and the rest is added.
+#[test]
+fn a_repeated_key_is_set_aside_by_the_reject_file() {
+    let dir = context_store();
+    let root = dir.path();
     let input = [
         r#"{"id": "a", "run_id": "r"}"#,
         r#"{"id": "b", "run_id": "r"}"#,
@@ -1157,20 +1163,8 @@ fn a_repeated_key_is_set_aside_by_the_reject_file() {
 /// index covers no rows yet, rather than reporting it built.
 #[test]
 fn an_index_that_trained_on_nothing_is_said_to_cover_no_rows() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = context_store();
     let root = dir.path();
-    ok(
-        root,
-        &[
-            "store",
-            "create",
-            "ctx",
-            "--plugin",
-            "context",
-            "--param",
-            "embedding_dim=4",
-        ],
-    );
     let input: String = (0..20)
         .map(|i| {
             format!(r#"{{"id": "m{i}", "run_id": "r", "embedding": [{i}.0, 1.0, 0.5, 0.25]}}"#)
