@@ -241,6 +241,16 @@ fn exit_codes_follow_the_error_kind() {
     assert_eq!(c, 2, "{e}");
     let (c, e) = code(&["plugin", "inspect", "context", "--param", "bogus=1"]);
     assert_eq!(c, 2, "{e}");
+    // An unquoted text value: the message says values are JSON.
+    let (c, e) = code(&[
+        "plugin",
+        "inspect",
+        "context",
+        "--param",
+        "distance_metric=cosine",
+    ]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("text in double quotes"), "{e}");
     let bad_spec = root.join("bad.json");
     std::fs::write(
         &bad_spec,
@@ -662,6 +672,35 @@ fn the_demo_runs_twice_and_the_cli_reads_what_it_wrote() {
     let (code, plan, err) = cli(root, &["scan", "--uri", &uri, "--explain"], "");
     assert_eq!(code, 0, "{err}");
     assert!(!plan.trim().is_empty());
+}
+
+/// `merge --uri URI --instance X` claims instance X, and the claim takes
+/// over and merges every other shard's unmerged generations: the report
+/// counts them (it said 0 generations merged).
+#[test]
+fn a_merge_under_another_instance_reports_what_its_claim_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    notes_root(root);
+    let (code, _, err) = cli(root, &["store", "add", "notes", "-"], ROWS);
+    assert_eq!(code, 0, "{err}");
+    let uri = ok(root, &["store", "describe", "notes"])[0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = ok(root, &["status", "--uri", &uri]);
+    assert!(
+        before[0]["unmerged_rows"].as_u64().unwrap() > 0,
+        "{before:?}"
+    );
+    let merged = ok(root, &["merge", "--uri", &uri, "--instance", "other"]);
+    assert!(
+        merged[0]["generations_merged"].as_u64().unwrap() >= 1,
+        "{merged:?}"
+    );
+    assert_eq!(merged[0]["rows_upserted"], 3, "{merged:?}");
+    let after = ok(root, &["status", "--uri", &uri]);
+    assert_eq!(after[0]["unmerged_rows"], 0, "{after:?}");
 }
 
 #[test]
@@ -1108,11 +1147,13 @@ fn context_store() -> tempfile::TempDir {
     dir
 }
 
-/// A record the plugin refuses for what else is in the batch — a key that
-/// repeats an earlier record's — goes to the reject file like any other
-/// refusal (the batch passes without it), and the rest is added.
+/// With `--reject-file`, a refusal that is about the batch — a key the
+/// plugin finds repeated, where each record passes on its own — blames no
+/// record: the load stops and says why nothing was set aside. A repeat of a
+/// record that is refused on its own is judged again once that record is
+/// set aside, and added.
 #[test]
-fn a_repeated_key_is_set_aside_by_the_reject_file() {
+fn a_repeated_key_refused_by_the_plugin_blames_no_record() {
     let dir = context_store();
     let root = dir.path();
     let input = [
@@ -1120,43 +1161,45 @@ fn a_repeated_key_is_set_aside_by_the_reject_file() {
         r#"{"id": "b", "run_id": "r"}"#,
         r#"{"id": "c", "run_id": "r"}"#,
         r#"{"id": "b", "run_id": "r", "text_payload": "again"}"#,
-        r#"{"id": "d", "run_id": "r"}"#,
     ]
     .join("\n")
         + "\n";
-    // Without a reject file the batch is refused whole.
-    let (code, _, err) = cli(root, &["store", "add", "ctx", "-"], &input);
+    let rejects = root.join("rejects.jsonl");
+    let reject_file = rejects.to_str().unwrap();
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "ctx", "-", "--reject-file", reject_file],
+        &input,
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("line 4, column 'id'"), "{err}");
     assert!(err.contains("repeats an earlier record"), "{err}");
+    assert!(err.contains("not set aside in the reject file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&rejects).unwrap(), "");
     assert_eq!(count(root, "ctx"), 0);
-    let rejects = root.join("rejects.jsonl");
+
+    // A record refused on its own (no run_id) and a later one with its id:
+    // the first set aside, the second then added.
+    let input = [
+        r#"{"id": "e", "run_id": ""}"#,
+        r#"{"id": "e", "run_id": "r", "text_payload": "good"}"#,
+        r#"{"id": "f", "run_id": "r"}"#,
+    ]
+    .join("\n")
+        + "\n";
     let (code, out, err) = json(
         root,
-        &[
-            "store",
-            "add",
-            "ctx",
-            "-",
-            "--reject-file",
-            rejects.to_str().unwrap(),
-        ],
+        &["store", "add", "ctx", "-", "--reject-file", reject_file],
         &input,
     );
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out[0]["records"], 4, "{out:?}");
+    assert_eq!(out[0]["records"], 2, "{out:?}");
     assert_eq!(out[0]["rejected"], 1, "{out:?}");
-    let refused: Vec<Value> = std::fs::read_to_string(&rejects)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(refused.len(), 1, "{refused:?}");
-    assert_eq!(refused[0]["line"], 4, "{refused:?}");
-    assert_eq!(refused[0]["errors"][0]["code"], "duplicate", "{refused:?}");
-    assert_eq!(count(root, "ctx"), 4);
-    let b: Vec<Value> = ok(root, &["store", "get", "ctx", "b"]);
-    assert!(b[0]["text_payload"].is_null(), "the first b kept: {b:?}");
+    let refused = std::fs::read_to_string(&rejects).unwrap();
+    let refused: Value = serde_json::from_str(refused.trim()).unwrap();
+    assert_eq!(refused["line"], 1, "{refused}");
+    let e: Vec<Value> = ok(root, &["store", "get", "ctx", "e"]);
+    assert_eq!(e[0]["text_payload"], "good", "{e:?}");
 }
 
 /// `store index` on fewer merged rows than training needs says that the

@@ -144,6 +144,9 @@ pub(crate) struct Engine {
     /// The store's visibility rules when it has record capabilities (merges
     /// carry the visible count).
     pub rules: Option<Arc<crate::store::visible::Rules>>,
+    /// What the merges of other shards' generations taken over at a claim
+    /// did (`merged_up_to` unset: they are of other shards).
+    pub taken_over: std::sync::Mutex<MergeStats>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -310,9 +313,13 @@ impl Engine {
                 .map_err(conflict)?;
             claimed.close().await.map_err(conflict)?;
             let fresh = Arc::new(self.opener.open().await?);
-            Box::pin(merge_shard(self.merge_context(fresh, other, None, None)))
+            let merged = Box::pin(merge_shard(self.merge_context(fresh, other, None, None)))
                 .await
                 .map_err(conflict)?;
+            self.taken_over
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .absorb(&merged);
         }
         Ok(())
     }
@@ -486,15 +493,20 @@ impl Engine {
             next = Some(extended);
         }
         // Each extension adds a segment; a keyed read searches every one.
+        // Folding is an optimisation: a failure is logged, never raised
+        // (the merge that asked has committed its data).
         let current = next.as_ref().unwrap_or(dataset.as_ref());
-        for (name, segments) in self.crowded_key_indexes(current).await? {
-            let mut folded = next.take().unwrap_or_else(|| dataset.as_ref().clone());
-            let mut options = OptimizeOptions::merge(segments - 1);
+        for (name, trailing) in self.crowded_key_indexes(current).await? {
+            let mut folded = next.clone().unwrap_or_else(|| dataset.as_ref().clone());
+            let mut options = OptimizeOptions::merge(trailing);
             options.index_names = Some(vec![name.clone()]);
-            folded.optimize_indices(&options).await.map_err(|e| {
-                Error::from_lance(format!("folding the segments of {name}"), None, e)
-            })?;
-            next = Some(folded);
+            match folded.optimize_indices(&options).await {
+                Ok(()) => next = Some(folded),
+                Err(e) => {
+                    tracing::warn!("folding the segments of {name}: {e}");
+                    break;
+                }
+            }
         }
         if let Some(next) = next {
             self.publish(Arc::new(next)).await;
@@ -503,7 +515,11 @@ impl Engine {
     }
 
     /// The key indexes (the key's, the secondary key's) with more than
-    /// [`MAX_KEY_INDEX_SEGMENTS`] segments, and how many they have.
+    /// [`MAX_KEY_INDEX_SEGMENTS`] segments, and how many of their trailing
+    /// segments to fold: those after the largest (by the rows they cover;
+    /// the first of equals), at least the last two. The largest — usually
+    /// the first load's, or a compaction's — is not rewritten; the first
+    /// segment may be the empty one of the store's creation.
     async fn crowded_key_indexes(&self, dataset: &Dataset) -> Result<Vec<(String, usize)>> {
         let mut names = vec![format!("{}_idx", self.key)];
         if let Some(column) = &self.settings.indexes.secondary_key_index
@@ -512,11 +528,27 @@ impl Engine {
             names.push(format!("{column}_idx"));
         }
         let indices = dataset.load_indices().await.ctx("listing indexes")?;
+        let rows: HashMap<u64, u64> = dataset
+            .fragments()
+            .iter()
+            .map(|f| (f.id, f.physical_rows.unwrap_or(0) as u64))
+            .collect();
         Ok(names
             .into_iter()
             .filter_map(|name| {
-                let segments = indices.iter().filter(|i| i.name == name).count();
-                (segments > MAX_KEY_INDEX_SEGMENTS).then_some((name, segments))
+                let sizes: Vec<u64> = indices
+                    .iter()
+                    .filter(|i| i.name == name)
+                    .map(|i| {
+                        i.fragment_bitmap.as_ref().map_or(0, |b| {
+                            b.iter()
+                                .map(|f| rows.get(&u64::from(f)).copied().unwrap_or(0))
+                                .sum()
+                        })
+                    })
+                    .collect();
+                let n = sizes.len();
+                (n > MAX_KEY_INDEX_SEGMENTS).then(|| (name, segments_to_fold(&sizes)))
             })
             .collect())
     }
@@ -711,13 +743,24 @@ async fn rows_kept(dataset: &Dataset, since: u64) -> bool {
     true
 }
 
-/// Segments a key index may have before a refresh folds all but its first
-/// (oldest, usually the largest) into one. Every merge extends the indexes
+/// Segments a key index may have before a refresh folds the ones after its
+/// largest into one (see `crowded_key_indexes`). Every merge extends the indexes
 /// over the fragments it wrote with a segment of their own, and a keyed read
 /// (a lookup, an upsert's or a unique add's check) searches each segment:
 /// ten segments made an upsert of 1,000 rows at 1M rows ~37 ms, one ~27 ms.
 /// A compaction folds every segment.
 const MAX_KEY_INDEX_SEGMENTS: usize = 4;
+
+/// How many trailing segments of an index with these sizes (rows covered,
+/// oldest first) to fold: those after the largest (the first of equals), at
+/// least two.
+fn segments_to_fold(sizes: &[u64]) -> usize {
+    let largest = sizes
+        .iter()
+        .enumerate()
+        .fold(0, |best, (i, &s)| if s > sizes[best] { i } else { best });
+    (sizes.len() - 1 - largest).max(2).min(sizes.len())
+}
 
 /// Create the BTree index of the key column (`<key>_idx`) and of the
 /// secondary key, where missing; the newer dataset when one was created.
@@ -969,6 +1012,16 @@ mod tests {
 
     /// Only commits that keep the rows let a compaction carry the count: an
     /// append (or any other change of rows) in between stops it.
+    #[test]
+    fn the_segments_after_the_largest_are_folded_at_least_two() {
+        use super::segments_to_fold as fold;
+        assert_eq!(fold(&[0, 1000, 5, 5, 5]), 3, "the empty first kept");
+        assert_eq!(fold(&[1000, 5, 5, 5, 5]), 4);
+        assert_eq!(fold(&[5, 5, 5, 5, 5]), 4, "the first of equals");
+        assert_eq!(fold(&[0, 10, 30, 40, 10]), 2, "at least two");
+        assert_eq!(fold(&[0, 10, 30, 10, 40]), 2);
+    }
+
     #[tokio::test]
     async fn rows_are_kept_across_a_compaction_but_not_an_append() {
         let dir = tempfile::tempdir().unwrap();

@@ -90,6 +90,22 @@ pub struct MergeStats {
     pub versions_removed: u64,
 }
 
+impl MergeStats {
+    /// Add what `other` (a merge of another shard) did: the counts summed,
+    /// the peak the larger; `merged_up_to` (of one shard) left as it is.
+    pub fn absorb(&mut self, other: &MergeStats) {
+        self.generations_merged += other.generations_merged;
+        self.rows_upserted += other.rows_upserted;
+        self.keys_deleted += other.keys_deleted;
+        self.passes += other.passes;
+        self.peak_buffered_bytes = self.peak_buffered_bytes.max(other.peak_buffered_bytes);
+        self.generations_removed += other.generations_removed;
+        self.wal_files_removed += other.wal_files_removed;
+        self.manifest_versions_removed += other.manifest_versions_removed;
+        self.versions_removed += other.versions_removed;
+    }
+}
+
 /// Per-store merge state: one merge at a time, and when the last one ended.
 #[derive(Debug, Default)]
 pub(crate) struct MergeState {

@@ -214,6 +214,7 @@ impl Store {
             last_retention: std::sync::Mutex::new(None),
             manifests: Default::default(),
             rules: (config.capabilities != RecordCapabilities::default()).then(|| rules.clone()),
+            taken_over: Default::default(),
         });
         let background = match writable {
             true => {
@@ -447,6 +448,18 @@ impl Store {
     /// number of versions removed.
     pub async fn apply_retention(&self) -> Result<u64> {
         self.engine.retain(true).await
+    }
+
+    /// What this handle's claims merged of other shards' generations, in
+    /// sum: a single-writer handle takes over every other shard's unmerged
+    /// generations when it opens or reclaims its writer (see
+    /// [`ShardPolicy::SingleWriter`]).
+    pub fn taken_over(&self) -> MergeStats {
+        self.engine
+            .taken_over
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Compact the base table's fragments (Lance compaction, index remap

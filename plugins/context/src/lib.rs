@@ -59,8 +59,12 @@ impl Default for ContextParams {
 pub fn parse_params(params: &Params) -> Result<ContextParams, InvalidParams> {
     let mut out = ContextParams::default();
     for (name, value) in params {
-        let json: serde_json::Value =
-            serde_json::from_str(value).map_err(|e| format!("{name}: not valid JSON ({e})"))?;
+        let json: serde_json::Value = serde_json::from_str(value).map_err(|e| {
+            format!(
+                "{name}: not valid JSON ({e}); parameter values are JSON: text in \
+                     double quotes (e.g. \"cosine\"), numbers and lists as they are"
+            )
+        })?;
         match name.as_str() {
             "embedding_dim" => {
                 let dim = json

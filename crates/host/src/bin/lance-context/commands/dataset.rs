@@ -124,8 +124,13 @@ impl DatasetCommand {
                 let t = Instant::now();
                 let stats = store.merge().await;
                 bar.finish_and_clear();
+                // Claiming the instance took every other shard's unmerged
+                // generations over and merged them: counted too.
+                let taken = store.taken_over();
                 store.close().await?;
-                report::merge(&out, &stats?, t.elapsed().as_secs_f64())
+                let mut stats = stats?;
+                stats.absorb(&taken);
+                report::merge(&out, &stats, t.elapsed().as_secs_f64())
             }
             Self::Compact(c) => {
                 let store = Store::open_read_only(c.store.config()).await?;

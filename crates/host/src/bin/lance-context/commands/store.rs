@@ -1078,10 +1078,19 @@ async fn add_chunks(
                     }
                     _ => String::new(),
                 };
+                // With a reject file, a refusal reaches here only when no
+                // refused record fails on its own (see `refused_rows`).
+                let not_set_aside = if rejects.is_some() {
+                    "; not set aside in the reject file: no refused record fails on its own, \
+                     so the refusal is about the batch (e.g. a key repeated within it): fix \
+                     the input"
+                } else {
+                    ""
+                };
                 return Err(crate::exit::Refused {
                     kind: lance_context_host::ErrorKind::Rejected,
                     message: format!(
-                        "{}: the plugin rejected {} record(s) of the batch from {}{more}{}",
+                        "{}: the plugin rejected {} record(s) of the batch from {}{more}{}{not_set_aside}",
                         stopped(added),
                         records.len(),
                         positions.start(),
@@ -1142,9 +1151,9 @@ async fn add_chunks(
 }
 
 /// The rows of `batch` that `result` refuses one by one, with why: the
-/// plugin's row errors, each row confirmed to fail on its own — or, when a
-/// refusal depends on the rest of the batch (a repeated key), the batch
-/// confirmed to pass without the refused rows — or the engine's
+/// plugin's row errors, only the rows confirmed to fail on their own (the
+/// others are judged again without them; when none does, the refusal is the
+/// batch's, not a record's), or the engine's
 /// refusal of one row (a key that exists, a repeat in the batch, a null
 /// key). `None` when the refusal is not of single rows.
 async fn refused_rows(
@@ -1172,37 +1181,25 @@ async fn refused_rows(
             if by_row.keys().any(|&row| row >= batch.num_rows()) {
                 return None;
             }
-            let mut of_the_batch = false;
+            let mut pass_alone = Vec::new();
             for &row in by_row.keys() {
                 let alone =
                     lance_context_host::prepare(named.plugin(), &batch.slice(row, 1), 0).await;
                 if alone.is_ok() {
-                    of_the_batch = true;
-                    break;
+                    pass_alone.push(row);
                 }
             }
-            // A row refused for what else is in the batch (a repeat of an
-            // earlier record) is set aside only when the batch without the
-            // refused rows passes: then the refusal was theirs.
-            if of_the_batch {
-                let rest: Vec<u32> = (0..batch.num_rows())
-                    .filter(|row| !by_row.contains_key(row))
-                    .map(|row| row as u32)
-                    .collect();
-                if rest.is_empty() {
-                    return None;
-                }
-                let rest = arrow_select::take::take_record_batch(
-                    batch,
-                    &arrow_array::UInt32Array::from(rest),
-                )
-                .ok()?;
-                if lance_context_host::prepare(named.plugin(), &rest, 0)
-                    .await
-                    .is_err()
-                {
-                    return None;
-                }
+            if pass_alone.len() == by_row.len() {
+                // Every refusal depends on the rest of the batch (a default
+                // it cannot fill, a repeat of an earlier record): no record
+                // is blamed; the batch is refused whole.
+                return None;
+            }
+            // Only the rows that fail on their own are set aside; the
+            // others (e.g. a repeat of a record refused itself) are judged
+            // again without them.
+            for row in pass_alone {
+                by_row.remove(&row);
             }
         }
         Err(PipelineError::Store(e)) => {
