@@ -516,10 +516,7 @@ impl Engine {
 
     /// The key indexes (the key's, the secondary key's) with more than
     /// [`MAX_KEY_INDEX_SEGMENTS`] segments, and how many of their trailing
-    /// segments to fold: those after the largest (by the rows they cover;
-    /// the first of equals), at least the last two. The largest — usually
-    /// the first load's, or a compaction's — is not rewritten; the first
-    /// segment may be the empty one of the store's creation.
+    /// segments to fold (see [`segments_to_fold`]).
     async fn crowded_key_indexes(&self, dataset: &Dataset) -> Result<Vec<(String, usize)>> {
         let mut names = vec![format!("{}_idx", self.key)];
         if let Some(column) = &self.settings.indexes.secondary_key_index
@@ -547,8 +544,10 @@ impl Engine {
                         })
                     })
                     .collect();
-                let n = sizes.len();
-                (n > MAX_KEY_INDEX_SEGMENTS).then(|| (name, segments_to_fold(&sizes)))
+                if sizes.len() <= MAX_KEY_INDEX_SEGMENTS {
+                    return None;
+                }
+                segments_to_fold(&sizes).map(|n| (name, n))
             })
             .collect())
     }
@@ -743,8 +742,8 @@ async fn rows_kept(dataset: &Dataset, since: u64) -> bool {
     true
 }
 
-/// Segments a key index may have before a refresh folds the ones after its
-/// largest into one (see `crowded_key_indexes`). Every merge extends the indexes
+/// Segments a key index may have before a refresh folds its newest ones
+/// into one (see [`segments_to_fold`]). Every merge extends the indexes
 /// over the fragments it wrote with a segment of their own, and a keyed read
 /// (a lookup, an upsert's or a unique add's check) searches each segment:
 /// ten segments made an upsert of 1,000 rows at 1M rows ~37 ms, one ~27 ms.
@@ -752,14 +751,34 @@ async fn rows_kept(dataset: &Dataset, since: u64) -> bool {
 const MAX_KEY_INDEX_SEGMENTS: usize = 4;
 
 /// How many trailing segments of an index with these sizes (rows covered,
-/// oldest first) to fold: those after the largest (the first of equals), at
-/// least two.
-fn segments_to_fold(sizes: &[u64]) -> usize {
-    let largest = sizes
-        .iter()
-        .enumerate()
-        .fold(0, |best, (i, &s)| if s > sizes[best] { i } else { best });
-    (sizes.len() - 1 - largest).max(2).min(sizes.len())
+/// oldest first) to fold, if any. From the newest back, a segment joins
+/// while it covers no more rows than the ones after it together (the first
+/// never joins): small segments fold often and cheaply, a large one only
+/// once as much has gathered after it, so a row is rewritten a few times,
+/// not at every merge. Fewer than two joining folds nothing, until the
+/// index has more than twice [`MAX_KEY_INDEX_SEGMENTS`] segments, when all
+/// but the first fold.
+fn segments_to_fold(sizes: &[u64]) -> Option<usize> {
+    let n = sizes.len();
+    if n < 3 {
+        return None;
+    }
+    let (mut joined, mut rows) = (1, sizes[n - 1]);
+    while joined < n - 1 {
+        let size = sizes[n - 1 - joined];
+        if size > rows {
+            break;
+        }
+        rows += size;
+        joined += 1;
+    }
+    if joined >= 2 {
+        Some(joined)
+    } else if n > 2 * MAX_KEY_INDEX_SEGMENTS {
+        Some(n - 1)
+    } else {
+        None
+    }
 }
 
 /// Create the BTree index of the key column (`<key>_idx`) and of the
@@ -1013,13 +1032,28 @@ mod tests {
     /// Only commits that keep the rows let a compaction carry the count: an
     /// append (or any other change of rows) in between stops it.
     #[test]
-    fn the_segments_after_the_largest_are_folded_at_least_two() {
+    fn the_segments_after_the_largest_are_folded() {
         use super::segments_to_fold as fold;
-        assert_eq!(fold(&[0, 1000, 5, 5, 5]), 3, "the empty first kept");
-        assert_eq!(fold(&[1000, 5, 5, 5, 5]), 4);
-        assert_eq!(fold(&[5, 5, 5, 5, 5]), 4, "the first of equals");
-        assert_eq!(fold(&[0, 10, 30, 40, 10]), 2, "at least two");
-        assert_eq!(fold(&[0, 10, 30, 10, 40]), 2);
+        assert_eq!(fold(&[0, 1000, 5, 5, 5]), Some(3), "the large one kept");
+        assert_eq!(fold(&[1000, 5, 5, 5, 5]), Some(4));
+        assert_eq!(fold(&[5, 5, 5, 5, 5]), Some(4), "all but the first");
+        assert_eq!(
+            fold(&[0, 10, 30, 60, 1]),
+            None,
+            "the 60 not rewritten for 1"
+        );
+        assert_eq!(fold(&[0, 10, 30, 60, 1, 1]), Some(2));
+        assert_eq!(
+            fold(&[0, 10, 30, 10, 40]),
+            Some(4),
+            "as much gathered after"
+        );
+        assert_eq!(fold(&[0, 1000, 300, 5, 5]), Some(2), "the 300 waits");
+        assert_eq!(
+            fold(&[0, 1, 2, 3, 4, 5, 6, 7, 8]),
+            Some(8),
+            "past twice the bound"
+        );
     }
 
     #[tokio::test]
