@@ -121,6 +121,13 @@ pub struct StoreStats {
     pub base_data_bytes: u64,
 }
 
+impl StoreStats {
+    /// The index named `name` (`<column>_idx` for the engine's own).
+    pub fn index(&self, name: &str) -> Option<&IndexStats> {
+        self.indexes.iter().find(|i| i.name == name)
+    }
+}
+
 pub(crate) struct Engine {
     pub opener: Opener,
     pub key: String,

@@ -323,9 +323,8 @@ pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
     memories.build_vector_index("embedding").await?;
     let stats = memories.stats().await?;
     let trained = stats
-        .indexes
-        .iter()
-        .any(|i| i.name == "embedding_idx" && i.covers_all_rows);
+        .index("embedding_idx")
+        .is_some_and(|i| i.covers_all_rows);
     demo.say(
         "vector index",
         if trained {

@@ -488,10 +488,7 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 // needs (256): the index then covers no rows yet, which is
                 // said rather than reported as built.
                 let stats = named.stats().await?;
-                let index = stats
-                    .indexes
-                    .iter()
-                    .find(|i| i.name == format!("{column}_idx"));
+                let index = stats.index(&format!("{column}_idx"));
                 let covers = index.is_some_and(|i| i.covers_all_rows);
                 if !covers && !out.json_errors {
                     if stats.rows_in_base < 256 {
