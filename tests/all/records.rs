@@ -1712,6 +1712,8 @@ fn sorted_rows(b: &RecordBatch) -> Vec<String> {
 async fn keyed_reads_from_held_generations_agree_with_the_scan() {
     let (_dir, uri) = temp_uri();
     let store = store(&uri).await;
+    // The writer holds what it wrote; this reader reads the generations.
+    let reader = Store::open_read_only(caps_config(&uri)).await.unwrap();
     let mut rng: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
         rng ^= rng << 13;
@@ -1868,12 +1870,24 @@ async fn keyed_reads_from_held_generations_agree_with_the_scan() {
                     sorted_rows(&scanned),
                     "step {step}: {column} IN {values:?} under {v:?}"
                 );
+                let read = reader
+                    .held_rows_matching(column, &refs, v)
+                    .await
+                    .unwrap()
+                    .expect("the held path applies");
+                assert_eq!(
+                    sorted_rows(&read),
+                    sorted_rows(&scanned),
+                    "step {step}, reader: {column} IN {values:?} under {v:?}"
+                );
                 compared_rows += held.num_rows();
             }
         }
     }
     assert!(merged_once, "the history never merged");
     assert!(compared_rows > 100, "only {compared_rows} rows compared");
+    let (_, _, loads) = reader.held_generations();
+    assert!(loads > 0, "the reader never read a generation");
 }
 
 /// The generations held for keyed reads are bounded and let go: dropped once
@@ -1892,12 +1906,27 @@ async fn held_generations_are_bounded_and_dropped_once_merged() {
     }
     let read = || store.held_rows_matching("external_id", &["e1", "e4"], Visibility::default());
     assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
+    // The writing handle holds its adds' generations as it wrote them;
+    // another handle reads them.
     let (bytes, held, loads) = store.held_generations();
-    assert_eq!((held, loads), (3, 3));
+    assert_eq!((held, loads), (3, 0), "the writer read back its own writes");
     assert!(bytes > 0);
+    let reader = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    let from_disk = reader
+        .held_rows_matching("external_id", &["e1", "e4"], Visibility::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        sorted_rows(&from_disk),
+        sorted_rows(&read().await.unwrap().unwrap())
+    );
+    let (read_bytes, held, loads) = reader.held_generations();
+    assert_eq!((held, loads), (3, 3));
+    assert!(read_bytes > 0);
     // Held: a second read loads nothing.
     assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
-    assert_eq!(store.held_generations().2, 3);
+    assert_eq!(store.held_generations().2, 0);
     store.merge().await.unwrap();
     assert_eq!(read().await.unwrap().unwrap().num_rows(), 1);
     assert_eq!(store.held_generations().1, 0, "merged generations held");
@@ -2046,18 +2075,20 @@ async fn upserts_racing_merges_and_cleanup_never_fork_a_record() {
 }
 
 /// A lookup reads the held generations, and loads one it does not hold only
-/// when that is small: a large generation just written is looked up through
-/// Lance's planner (its key index) until a record write holds it.
+/// when that is small: a large generation another handle wrote is looked up
+/// through Lance's planner (its key index). The writing handle holds what it
+/// wrote, and reads none of it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
     let (_dir, uri) = temp_uri();
     let store = store(&uri).await;
+    let reader = Store::open_read_only(caps_config(&uri)).await.unwrap();
     store
         .add(&records(&[("a", Some("ea"), "small")], &[]))
         .await
         .unwrap();
-    assert!(store.get("a").await.unwrap().is_some());
-    let (_, held, loads) = store.held_generations();
+    assert!(reader.get("a").await.unwrap().is_some());
+    let (_, held, loads) = reader.held_generations();
     assert_eq!((held, loads), (1, 1), "a small generation is held");
     // Over a megabyte in one generation.
     let text = "x".repeat(1000);
@@ -2069,18 +2100,17 @@ async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
         .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), text.as_str()))
         .collect();
     store.add(&records(&rows, &[])).await.unwrap();
-    let loads = store.held_generations().2;
     for id in ["a", "big-7", "big-1499"] {
-        let found = store.get(id).await.unwrap().expect(id);
+        let found = reader.get(id).await.unwrap().expect(id);
         assert_eq!(ids(&found), vec![id]);
     }
-    assert!(store.get("big-1500").await.unwrap().is_none());
+    assert!(reader.get("big-1500").await.unwrap().is_none());
     assert_eq!(
-        store.held_generations().2,
-        loads,
+        reader.held_generations(),
+        (reader.held_generations().0, 1, 1),
         "a lookup loaded the large generation"
     );
-    // A record write holds it; lookups then read it from memory.
+    // The writer looks up from what it wrote, the upsert's own write too.
     store
         .upsert(&records(&[("v", Some("ebig-7"), "v")], &[]))
         .await
@@ -2093,6 +2123,7 @@ async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
         .value(0)
         .to_string();
     assert_eq!(superseded_by, "v");
-    // The small one, the large one, and the upsert's own.
-    assert_eq!(store.held_generations().1, 3);
+    // The small one, the large one, and the upsert's own: none read back.
+    let (_, held, loads) = store.held_generations();
+    assert_eq!((held, loads), (3, 0));
 }

@@ -137,8 +137,7 @@ pub type MergeHook = Arc<
 
 /// A pause a test can put inside `reclaim` (failpoints feature): awaited
 /// after the shard is claimed, before the other shards are taken over; also
-/// the pause of [`crate::Store::pause_next_read`].
-#[cfg(feature = "failpoints")]
+/// the pause of `Store::pause_next_read`.
 pub type ReclaimHook =
     Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 

@@ -39,6 +39,42 @@ const GENERATION_CACHE_ENTRIES: u64 = 512;
 /// Field metadata that marks the key column for Lance's MemWAL.
 pub use lance_context_spec::PRIMARY_KEY_METADATA;
 
+/// [`Store::on_view`] on `engine`'s views, awaiting `pause` (failpoints)
+/// between taking the first view and reading: a function of the engine
+/// alone, so a read can run on a task of its own.
+pub(crate) async fn read_on_view<T, F, Fut>(
+    engine: &Engine,
+    pause: Option<crate::merge::ReclaimHook>,
+    read: F,
+) -> Result<T>
+where
+    F: Fn(ReadView) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let view = engine.view().await?;
+    let version = view.dataset.version().version;
+    if let Some(pause) = pause {
+        pause().await;
+    }
+    let (mut outcome, mut version) = (read(view).await, version);
+    for _ in 0..READ_AGAIN {
+        // Lance reports the vanished file as not found, or (through its
+        // cache of opened generations) as a storage error.
+        match &outcome {
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Storage) => {}
+            _ => break,
+        }
+        let again = engine.view().await?;
+        if again.dataset.version().version == version {
+            break;
+        }
+        tracing::debug!("a read outlived cleanup of what it listed; reading again");
+        version = again.dataset.version().version;
+        outcome = read(again).await;
+    }
+    outcome
+}
+
 /// A store: a Lance dataset with this instance's resident MemWAL writer.
 ///
 /// Cheap to share behind an `Arc`; every method takes `&self` and is safe to
@@ -60,7 +96,7 @@ pub struct Store {
     /// Awaited by the next read between taking its view and reading
     /// (failpoints: a reader slower than cleanup).
     #[cfg(feature = "failpoints")]
-    read_pause: std::sync::Mutex<Option<crate::ReclaimHook>>,
+    read_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -323,13 +359,36 @@ impl Store {
     /// Write a record batch whose linked rows (a new version and the
     /// rewritten version it supersedes, rows sharing a key) must become
     /// visible together: each group goes whole into one atomic write.
+    ///
+    /// The caller holds the record lock. Every write of a store with
+    /// tombstones, unique keys or supersession takes it, so a write of one
+    /// chunk is alone in the generation its freeze flushes: those rows are
+    /// held for the keyed reads that follow (the next record write's checks)
+    /// instead of being read back.
     pub(crate) async fn write_linked(&self, linked: records::Linked) -> Result<()> {
         let writer = self.engine.writer()?;
         self.engine.check_backpressure().await?;
         let chunks = linked.into_chunks(&self.schemas.key, writer.max_atomic_rows())?;
-        writer
+        let caps = &self.capabilities;
+        let serialized = caps.tombstones || caps.unique_keys || caps.supersession;
+        let only = match chunks.as_slice() {
+            [one] if serialized => Some(one.clone()),
+            _ => None,
+        };
+        let frozen = writer
             .add_chunks(chunks, || self.engine.reopen_for_writer())
             .await?;
+        if let (Some(rows), Some(generation)) = (only, frozen) {
+            // Holding is an optimisation: a failure leaves the read to disk.
+            if let Err(e) = self.engine.held.hold_written(
+                self.engine.shard,
+                generation,
+                rows,
+                &self.schemas.key,
+            ) {
+                tracing::debug!("not holding a written generation: {e}");
+            }
+        }
         self.engine.kick.notify_one();
         Ok(())
     }
@@ -416,7 +475,7 @@ impl Store {
     /// Make this store's next read await `pause` after taking its view and
     /// before reading (a reader slower than the cleanup grace).
     #[cfg(feature = "failpoints")]
-    pub fn pause_next_read(&self, pause: crate::ReclaimHook) {
+    pub fn pause_next_read(&self, pause: crate::merge::ReclaimHook) {
         *self.read_pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(pause);
     }
 
@@ -562,13 +621,13 @@ impl Store {
     /// [`Self::reclaim`], awaiting `hook` after the shard is claimed and
     /// before the other shards are taken over (interleaving tests).
     #[cfg(feature = "failpoints")]
-    pub async fn reclaim_with_hook(&self, hook: crate::ReclaimHook) -> Result<()> {
+    pub async fn reclaim_with_hook(&self, hook: crate::merge::ReclaimHook) -> Result<()> {
         self.reclaim_inner(Some(hook)).await
     }
 
     async fn reclaim_inner(
         &self,
-        #[cfg(feature = "failpoints")] hook: Option<crate::ReclaimHook>,
+        #[cfg(feature = "failpoints")] hook: Option<crate::merge::ReclaimHook>,
     ) -> Result<()> {
         let writer = self.engine.writer()?;
         self.stop_background();
@@ -643,36 +702,21 @@ impl Store {
         F: Fn(ReadView) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let view = self.engine.view().await?;
-        let version = view.dataset.version().version;
-        #[cfg(feature = "failpoints")]
-        {
-            let pause = self
-                .read_pause
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(pause) = pause {
-                pause().await;
-            }
-        }
-        let (mut outcome, mut version) = (read(view).await, version);
-        for _ in 0..READ_AGAIN {
-            // Lance reports the vanished file as not found, or (through its
-            // cache of opened generations) as a storage error.
-            match &outcome {
-                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Storage) => {}
-                _ => break,
-            }
-            let again = self.engine.view().await?;
-            if again.dataset.version().version == version {
-                break;
-            }
-            tracing::debug!("a read outlived cleanup of what it listed; reading again");
-            version = again.dataset.version().version;
-            outcome = read(again).await;
-        }
-        outcome
+        read_on_view(&self.engine, self.take_read_pause(), read).await
+    }
+
+    /// The pause the next read awaits (failpoints), taken.
+    #[cfg(feature = "failpoints")]
+    pub(crate) fn take_read_pause(&self) -> Option<crate::merge::ReclaimHook> {
+        self.read_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    pub(crate) fn take_read_pause(&self) -> Option<crate::merge::ReclaimHook> {
+        None
     }
 
     /// The plan a scan would run, for operators (`EXPLAIN`).

@@ -237,7 +237,16 @@ impl Writer {
     /// memtable and so one generation (Lance freezes before an entry that
     /// would not fit), so rows that must become visible together go in one
     /// chunk. Each chunk holds at most `max_memtable_rows` rows.
-    pub async fn add_chunks<F, Fut>(&self, chunks: Vec<RecordBatch>, reopen: F) -> Result<()>
+    ///
+    /// Returns, for a write of one chunk whose freeze this call made, the
+    /// generation that freeze flushed: it holds the chunk, and may hold rows
+    /// other writes put in the same memtable (the caller compares row counts
+    /// before taking it for the chunk alone).
+    pub async fn add_chunks<F, Fut>(
+        &self,
+        chunks: Vec<RecordBatch>,
+        reopen: F,
+    ) -> Result<Option<u64>>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Dataset>>,
@@ -247,7 +256,8 @@ impl Writer {
                 .iter()
                 .all(|c| c.num_rows() <= self.settings.max_memtable_rows)
         );
-        self.write(WriteOp::Put(&chunks), reopen).await
+        let frozen = self.write(WriteOp::Put(&chunks), reopen).await?;
+        Ok(frozen.filter(|_| chunks.len() == 1))
     }
 
     /// Rows one write can make visible atomically.
@@ -263,10 +273,13 @@ impl Writer {
         Fut: std::future::Future<Output = Result<Dataset>>,
     {
         let chunks = split(&keys, self.settings.max_memtable_rows);
-        self.write(WriteOp::Delete(&chunks), reopen).await
+        self.write(WriteOp::Delete(&chunks), reopen).await?;
+        Ok(())
     }
 
-    async fn write<F, Fut>(&self, op: WriteOp<'_>, reopen: F) -> Result<()>
+    /// Write `op`; the generation this write's own freeze flushed, if it made
+    /// one (see [`Self::put_and_publish_on`]).
+    async fn write<F, Fut>(&self, op: WriteOp<'_>, reopen: F) -> Result<Option<u64>>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Dataset>>,
@@ -275,7 +288,7 @@ impl Writer {
         let mut retried = false;
         loop {
             match self.put_and_publish(op).await {
-                Ok(()) => return Ok(()),
+                Ok(frozen) => return Ok(frozen),
                 Err(Error::Fenced {
                     reason: FenceReason::PersistenceFailure,
                     ..
@@ -300,13 +313,13 @@ impl Writer {
         }
     }
 
-    async fn put_and_publish(&self, op: WriteOp<'_>) -> Result<()> {
+    async fn put_and_publish(&self, op: WriteOp<'_>) -> Result<Option<u64>> {
         let guard = self.inner.read().await;
         let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
             message: "the store is closed".to_string(),
         })?;
         match self.put_and_publish_on(writer, op).await {
-            Ok(()) => Ok(()),
+            Ok(frozen) => Ok(frozen),
             Err(err) => Err(self.fenced_or(writer, err).await),
         }
     }
@@ -359,7 +372,14 @@ impl Writer {
         Ok(())
     }
 
-    async fn put_and_publish_on(&self, writer: &ShardWriter, op: WriteOp<'_>) -> Result<()> {
+    /// Put `op` and make it visible: freeze and flush the memtable unless a
+    /// freeze started after the put already did. The generation this call's
+    /// freeze flushed, when it made one.
+    async fn put_and_publish_on(
+        &self,
+        writer: &ShardWriter,
+        op: WriteOp<'_>,
+    ) -> Result<Option<u64>> {
         #[cfg(feature = "failpoints")]
         if self.fail_next_write.swap(false, Ordering::SeqCst) {
             return Err(Error::Fenced {
@@ -390,7 +410,7 @@ impl Writer {
         let mut visible = self.visible.lock().await;
         if *visible >= ticket {
             // A freeze that started after our put already published it.
-            return Ok(());
+            return Ok(None);
         }
         // Every ticket issued so far belongs to a put that has returned, so its
         // rows are in the active memtable or an earlier one: this freeze covers them.
@@ -399,12 +419,13 @@ impl Writer {
             .force_freeze_active()
             .await
             .map_err(|e| self.classify("freezing the memtable", e))?;
+        let frozen = fence.frozen_generation();
         fence
             .wait()
             .await
             .map_err(|e| self.classify("flushing the memtable to a generation", e))?;
         *visible = covered;
-        Ok(())
+        Ok(frozen)
     }
 
     /// Take the shard back: claim a new epoch (replaying the WAL). The new

@@ -83,10 +83,23 @@ struct Entry {
     slot: Slot,
 }
 
+/// Rows a write of this handle flushed as a generation, held before any
+/// view lists it (see [`HeldGenerations::hold_written`]).
+struct Written {
+    shard: uuid::Uuid,
+    generation: u64,
+    held: Arc<HeldGeneration>,
+}
+
+/// Written generations kept for the views to come (the newest).
+const WRITTEN_KEPT: usize = 4;
+
 #[derive(Default)]
 struct Held {
     /// By `<shard>/<dir>`.
     entries: HashMap<String, Entry>,
+    /// Generations this handle wrote, not listed by a view yet.
+    written: Vec<Written>,
     /// The generations listed when holding them went past the limit: while
     /// a view still lists every one of them, nothing is loaded (the tier
     /// only grows until a merge takes some away).
@@ -144,6 +157,41 @@ impl HeldGenerations {
         (loaded.iter().sum(), loaded.len(), loads)
     }
 
+    /// Hold `rows` — a write of this handle, in the stored schema — as
+    /// generation `generation` of `shard`, the generation that write's own
+    /// freeze flushed, so the next keyed read does not read back what was
+    /// just written. Only when the writes to the shard are serialized (the
+    /// caller holds the record lock, which every write of the store takes),
+    /// so the generation holds these rows and nothing else; as a second
+    /// guard, a view must list it with as many rows as `rows` has, else it
+    /// is read as usual. Rows repeating a key are not held (the generation
+    /// masks all but the last).
+    pub(crate) fn hold_written(
+        &self,
+        shard: uuid::Uuid,
+        generation: u64,
+        rows: RecordBatch,
+        key: &str,
+    ) -> Result<()> {
+        let n = rows.num_rows();
+        let held = HeldGeneration::read(rows, key)?;
+        if held.at.len() != n || held.bytes > self.limit() {
+            return Ok(());
+        }
+        let mut state = self.lock();
+        state
+            .written
+            .retain(|w| !(w.shard == shard && w.generation == generation));
+        state.written.push(Written {
+            shard,
+            generation,
+            held: Arc::new(held),
+        });
+        let excess = state.written.len().saturating_sub(WRITTEN_KEPT);
+        state.written.drain(..excess);
+        Ok(())
+    }
+
     /// The generations of `view`'s shards, newest first within each shard,
     /// read where not held yet. `None` (and nothing held any more) when they
     /// would hold more than the limit ([`MAX_HELD_BYTES`]); loading stops as
@@ -187,20 +235,32 @@ impl HeldGenerations {
                 .iter()
                 .map(|s| (s.snapshot.shard_id, s.merged_up_to))
                 .collect();
-            held.entries
-                .retain(|_, e| merged.get(&e.shard).is_none_or(|&m| e.generation > m));
+            let Held {
+                entries, written, ..
+            } = &mut *held;
+            entries.retain(|_, e| merged.get(&e.shard).is_none_or(|&m| e.generation > m));
+            written.retain(|w| merged.get(&w.shard).is_none_or(|&m| w.generation > m));
             listed
                 .iter()
-                .map(|(_, shard, generation, _, name)| {
-                    held.entries
-                        .entry(name.clone())
-                        .or_insert_with(|| Entry {
-                            shard: *shard,
-                            generation: *generation,
-                            slot: Slot::default(),
-                        })
-                        .slot
-                        .clone()
+                .map(|(i, shard, generation, dir, name)| {
+                    let entry = entries.entry(name.clone()).or_insert_with(|| Entry {
+                        shard: *shard,
+                        generation: *generation,
+                        slot: Slot::default(),
+                    });
+                    // What this handle wrote as that generation, when the
+                    // listing counts as many rows.
+                    if let Some(at) = written
+                        .iter()
+                        .position(|w| w.shard == *shard && w.generation == *generation)
+                    {
+                        let w = written.swap_remove(at);
+                        let rows = view.shards[*i].sstable_rows.get(*dir).copied();
+                        if rows == Some(w.held.rows.num_rows() as u64) {
+                            let _ = entry.slot.set(w.held);
+                        }
+                    }
+                    entry.slot.clone()
                 })
                 .collect()
         };
@@ -228,6 +288,7 @@ impl HeldGenerations {
                 }
                 let mut held = self.lock();
                 held.entries.clear();
+                held.written.clear();
                 held.refused = listed.into_iter().map(|l| l.4).collect();
                 return Ok(None);
             }
@@ -243,25 +304,38 @@ impl HeldGenerations {
     /// Bytes (as their writers measured them) of `view`'s generations not
     /// held yet.
     fn unheld_bytes(&self, view: &ReadView) -> u64 {
-        let held = self.lock();
+        let guard = self.lock();
+        let held = &*guard;
         view.shards
             .iter()
             .flat_map(|s| {
-                s.sstables.iter().map(move |(_, dir)| {
-                    (
-                        format!("{}/{dir}", s.snapshot.shard_id),
-                        s.sstable_bytes.get(dir),
-                    )
+                let shard = s.snapshot.shard_id;
+                s.sstables.iter().map(move |(generation, dir)| {
+                    let name = format!("{shard}/{dir}");
+                    let written = held.written.iter().any(|w| {
+                        w.shard == shard
+                            && w.generation == *generation
+                            && s.sstable_rows.get(dir).copied()
+                                == Some(w.held.rows.num_rows() as u64)
+                    });
+                    let loaded = held
+                        .entries
+                        .get(&name)
+                        .is_some_and(|e| e.slot.initialized());
+                    if written || loaded {
+                        0
+                    } else {
+                        s.sstable_bytes.get(dir).copied().unwrap_or(0)
+                    }
                 })
             })
-            .filter(|(name, _)| held.entries.get(name).is_none_or(|e| !e.slot.initialized()))
-            .map(|(_, bytes)| bytes.copied().unwrap_or(0))
             .sum()
     }
 
     fn clear(&self) {
         let mut held = self.lock();
         held.entries.clear();
+        held.written.clear();
         held.refused.clear();
     }
 

@@ -63,6 +63,9 @@ pub(crate) struct ShardView {
     /// Each listed generation's bytes as its writer measured them (0 where
     /// unmeasured), by directory.
     pub sstable_bytes: HashMap<String, u64>,
+    /// Each listed generation's rows as its writer counted them (a row a
+    /// later one of the same key replaced included), by directory.
+    pub sstable_rows: HashMap<String, u64>,
     /// The base table's "merged up to" marker for this shard: generations
     /// at or below it are merged.
     pub merged_up_to: u64,
@@ -260,6 +263,10 @@ pub(crate) async fn shard_snapshots(
             sized.sort();
             let sstable_bytes: HashMap<String, u64> =
                 sized.iter().map(|(_, p, b)| (p.clone(), *b)).collect();
+            let sstable_rows: HashMap<String, u64> = pending
+                .iter()
+                .filter_map(|s| Some((s.path.clone(), s.physical_rows?)))
+                .collect();
             let sstables: Vec<(u64, String)> = sized.into_iter().map(|(g, p, _)| (g, p)).collect();
             for (generation, path) in &sstables {
                 snapshot = snapshot.with_sstable(*generation, path.clone());
@@ -271,6 +278,7 @@ pub(crate) async fn shard_snapshots(
                 unmerged_rows,
                 unmerged_bytes,
                 sstable_bytes,
+                sstable_rows,
                 merged_up_to,
                 unmeasured,
                 gap,

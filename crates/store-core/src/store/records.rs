@@ -302,7 +302,9 @@ impl Store {
     }
 
     /// [`crate::read::keyed_rows`] on a fresh view: the stored columns
-    /// `stored` of the rows whose `column` is one of `values`.
+    /// `stored` of the rows whose `column` is one of `values`. On a task of
+    /// its own, so the two reads of a record write (are the ids new, what do
+    /// the secondary keys name) run on two cores, not by turns on one.
     async fn held_rows(
         &self,
         column: &str,
@@ -311,18 +313,30 @@ impl Store {
         stored: &[String],
     ) -> Result<Option<RecordBatch>> {
         let hide = self.visibility_expr(&visibility)?;
-        let hide = hide.as_ref();
-        self.on_view(|view| async move {
-            let read = crate::read::KeyedRead {
-                column,
-                values,
-                hide,
-                columns: stored,
-                small_tier_only: false,
-            };
-            self.keyed(&view, read).await
-        })
-        .await
+        let engine = self.engine.clone();
+        let schemas = self.schemas.clone();
+        let column = column.to_string();
+        let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        let stored = stored.to_vec();
+        let pause = self.take_read_pause();
+        let read = tokio::spawn(async move {
+            let values: Vec<&str> = values.iter().map(String::as_str).collect();
+            let (engine, schemas) = (&engine, &schemas);
+            let (column, values, hide, stored) = (&column, &values, hide.as_ref(), &stored);
+            super::read_on_view(engine, pause, |view| async move {
+                let read = crate::read::KeyedRead {
+                    column,
+                    values,
+                    hide,
+                    columns: stored,
+                    small_tier_only: false,
+                };
+                crate::read::keyed_rows(&view, schemas, &engine.opener, &engine.held, read).await
+            })
+            .await
+        });
+        read.await
+            .map_err(|e| Error::internal(format!("a keyed read did not finish: {e}")))?
     }
 
     /// [`crate::read::keyed_rows`] with this handle's schemas, opener and
@@ -403,8 +417,9 @@ impl Store {
         }
         // Every problem is found, then the first in input order is reported.
         let mut problems: Vec<BatchProblem> = Vec::new();
-        for column in &columns {
-            let values = strings(batch, column);
+        let values: Vec<Vec<Option<String>>> = columns.iter().map(|c| strings(batch, c)).collect();
+        let mut firsts: Vec<HashMap<&str, usize>> = Vec::with_capacity(columns.len());
+        for (column, values) in columns.iter().zip(&values) {
             let mut first: HashMap<&str, usize> = HashMap::new();
             for (row, v) in values.iter().enumerate() {
                 let Some(v) = v.as_deref().filter(|v| !v.is_empty()) else {
@@ -421,9 +436,19 @@ impl Store {
                     first.insert(v, row);
                 }
             }
-            let wanted: Vec<&str> = first.keys().copied().collect();
-            let held = self.rows_where(column, &wanted, undeleted(), false).await?;
-            let held: HashSet<String> = strings(&held, column).into_iter().flatten().collect();
+            firsts.push(first);
+        }
+        // The columns' reads run together.
+        let wanted: Vec<Vec<&str>> = firsts.iter().map(|f| f.keys().copied().collect()).collect();
+        let reads = columns
+            .iter()
+            .zip(&wanted)
+            .map(|(column, wanted)| self.rows_where(column, wanted, undeleted(), false));
+        let helds = futures::future::try_join_all(reads).await?;
+        for (((column, values), first), held) in
+            columns.iter().zip(&values).zip(&firsts).zip(&helds)
+        {
+            let held: HashSet<String> = strings(held, column).into_iter().flatten().collect();
             for (row, v) in values.iter().enumerate() {
                 if let Some(v) = v.as_deref().filter(|v| held.contains(*v))
                     && first.get(v) == Some(&row)
@@ -510,7 +535,7 @@ impl Store {
         }
         let tombstones = RecordBatch::try_new(schema, columns)?;
         let conformed = self.schemas.conform_for_write(&tombstones)?;
-        self.write_conformed(conformed).await?;
+        self.write_linked(Linked::unlinked(conformed)).await?;
         Ok(deleted)
     }
 

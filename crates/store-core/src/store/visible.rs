@@ -289,6 +289,7 @@ impl Rules {
                 unmerged_rows: 0,
                 unmerged_bytes: 0,
                 sstable_bytes: Default::default(),
+                sstable_rows: Default::default(),
                 merged_up_to: 0,
                 unmeasured: true,
                 gap: false,
