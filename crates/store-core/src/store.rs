@@ -362,17 +362,21 @@ impl Store {
     ///
     /// The caller holds the record lock. Every write of a store with
     /// tombstones, unique keys or supersession takes it, so a write of one
-    /// chunk is alone in the generation its freeze flushes: those rows are
-    /// held for the keyed reads that follow (the next record write's checks)
-    /// instead of being read back.
+    /// chunk is alone in the generation its freeze flushes: with unique keys
+    /// or supersession (whose writes read by key) those rows are held for
+    /// the keyed reads that follow (the next record write's checks) instead
+    /// of being read back.
     pub(crate) async fn write_linked(&self, linked: records::Linked) -> Result<()> {
         let writer = self.engine.writer()?;
         self.engine.check_backpressure().await?;
         let chunks = linked.into_chunks(&self.schemas.key, writer.max_atomic_rows())?;
+        // Held where record writes read by key (uniqueness, supersession);
+        // their writes are serialized: `add`, `delete`, `upsert`, `patch`
+        // and tombstones all take the record lock on such a store.
         let caps = &self.capabilities;
-        let serialized = caps.tombstones || caps.unique_keys || caps.supersession;
+        let read_by_key = caps.unique_keys || caps.supersession;
         let only = match chunks.as_slice() {
-            [one] if serialized => Some(one.clone()),
+            [one] if read_by_key => Some(one.clone()),
             _ => None,
         };
         let frozen = writer

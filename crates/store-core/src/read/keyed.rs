@@ -91,8 +91,11 @@ struct Written {
     held: Arc<HeldGeneration>,
 }
 
-/// Written generations kept for the views to come (the newest).
+/// Written generations kept for the views to come (the newest), and the
+/// most they hold together: a quarter of what may be held (they are not
+/// counted in it until a view lists them).
 const WRITTEN_KEPT: usize = 4;
+const WRITTEN_SHARE: usize = 4;
 
 #[derive(Default)]
 struct Held {
@@ -174,21 +177,27 @@ impl HeldGenerations {
         key: &str,
     ) -> Result<()> {
         let n = rows.num_rows();
+        let budget = self.limit() / WRITTEN_SHARE;
+        if rows.get_array_memory_size() > budget {
+            return Ok(());
+        }
         let held = HeldGeneration::read(rows, key)?;
-        if held.at.len() != n || held.bytes > self.limit() {
+        if held.at.len() != n || held.bytes > budget {
             return Ok(());
         }
         let mut state = self.lock();
-        state
-            .written
-            .retain(|w| !(w.shard == shard && w.generation == generation));
-        state.written.push(Written {
+        let written = &mut state.written;
+        written.retain(|w| !(w.shard == shard && w.generation == generation));
+        written.push(Written {
             shard,
             generation,
             held: Arc::new(held),
         });
-        let excess = state.written.len().saturating_sub(WRITTEN_KEPT);
-        state.written.drain(..excess);
+        // The oldest go first.
+        let mut bytes: usize = written.iter().map(|w| w.held.bytes).sum();
+        while written.len() > WRITTEN_KEPT || bytes > budget {
+            bytes -= written.remove(0).held.bytes;
+        }
         Ok(())
     }
 
@@ -254,7 +263,7 @@ impl HeldGenerations {
                         .iter()
                         .position(|w| w.shard == *shard && w.generation == *generation)
                     {
-                        let w = written.swap_remove(at);
+                        let w = written.remove(at);
                         let rows = view.shards[*i].sstable_rows.get(*dir).copied();
                         if rows == Some(w.held.rows.num_rows() as u64) {
                             let _ = entry.slot.set(w.held);
