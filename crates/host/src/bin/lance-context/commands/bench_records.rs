@@ -7,7 +7,8 @@
 //! (tombstones, supersession, lifecycle, unique keys on `external_id`). Each
 //! figure is timed on both, interleaved, and reported with its ratio:
 //! `get` (p50/p95 of random keys), `count`, a selective filtered scan, and an
-//! upsert of 1,000 rows (an add of 1,000 rows on the plain store).
+//! upsert of 1,000 rows (an add of 1,000 rows on the plain store), of
+//! records clustered in the table and of records spread over it.
 //!
 //! Then two small stores run 100 add+merge rounds, one with the default
 //! retention and one keeping every version; the bytes on disk are compared
@@ -303,6 +304,25 @@ pub async fn run(
     })
     .await?;
     line("upsert of 1,000 rows", p, r);
+    let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
+        // The same, with the records spread over the table: each row read
+        // is on a page of its own.
+        let mut b = batch(&format!("s{i}-{}", caps as u8), 0, 1000)?;
+        let ext = Arc::new(StringArray::from_iter_values((0..1000).map(|j| {
+            format!("ext-r{:010}", ((i * 1000 + j) * 7_919_191 + 12_345) % rows)
+        })));
+        let mut columns = b.columns().to_vec();
+        columns[1] = ext;
+        b = RecordBatch::try_new(b.schema(), columns)?;
+        if caps {
+            s.upsert(&b).await?;
+        } else {
+            s.add(&b).await?;
+        }
+        Ok(())
+    })
+    .await?;
+    line("upsert of 1,000 rows spread over the table", p, r);
     // The upserts (and the plain adds) are left unmerged: lookups now go
     // through every unmerged generation too.
     let unmerged = pair.records.wal_status().await?.unmerged_generations;
