@@ -91,6 +91,17 @@ struct Written {
     held: Arc<HeldGeneration>,
 }
 
+impl Written {
+    fn is(&self, shard: uuid::Uuid, generation: u64) -> bool {
+        self.shard == shard && self.generation == generation
+    }
+
+    /// Whether a listing counting `rows` rows for it may be these rows.
+    fn fits(&self, rows: Option<u64>) -> bool {
+        rows == Some(self.held.rows.num_rows() as u64)
+    }
+}
+
 /// Written generations kept for the views to come (the newest), and the
 /// most they hold together: a quarter of what may be held (they are not
 /// counted in it until a view lists them).
@@ -187,7 +198,7 @@ impl HeldGenerations {
         }
         let mut state = self.lock();
         let written = &mut state.written;
-        written.retain(|w| !(w.shard == shard && w.generation == generation));
+        written.retain(|w| !w.is(shard, generation));
         written.push(Written {
             shard,
             generation,
@@ -259,13 +270,9 @@ impl HeldGenerations {
                     });
                     // What this handle wrote as that generation, when the
                     // listing counts as many rows.
-                    if let Some(at) = written
-                        .iter()
-                        .position(|w| w.shard == *shard && w.generation == *generation)
-                    {
+                    if let Some(at) = written.iter().position(|w| w.is(*shard, *generation)) {
                         let w = written.remove(at);
-                        let rows = view.shards[*i].sstable_rows.get(*dir).copied();
-                        if rows == Some(w.held.rows.num_rows() as u64) {
+                        if w.fits(view.shards[*i].sstable_rows.get(*dir).copied()) {
                             let _ = entry.slot.set(w.held);
                         }
                     }
@@ -322,10 +329,7 @@ impl HeldGenerations {
                 s.sstables.iter().map(move |(generation, dir)| {
                     let name = format!("{shard}/{dir}");
                     let written = held.written.iter().any(|w| {
-                        w.shard == shard
-                            && w.generation == *generation
-                            && s.sstable_rows.get(dir).copied()
-                                == Some(w.held.rows.num_rows() as u64)
+                        w.is(shard, *generation) && w.fits(s.sstable_rows.get(dir).copied())
                     });
                     let loaded = held
                         .entries

@@ -285,44 +285,38 @@ pub async fn run(
     })
     .await?;
     line("filtered scan (1,000 rows)", p, r);
-    let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
-        // 1,000 rows with fresh keys under existing secondary keys: the
-        // capabilities store supersedes them, the plain one adds them.
-        let mut b = batch(&format!("u{i}-{}", caps as u8), 0, 1000)?;
-        let ext = Arc::new(StringArray::from_iter_values(
-            (0..1000).map(|j| format!("ext-r{:010}", (i * 1000 + j) * 7 % rows)),
-        ));
-        let mut columns = b.columns().to_vec();
-        columns[1] = ext;
-        b = RecordBatch::try_new(b.schema(), columns)?;
-        if caps {
-            s.upsert(&b).await?;
-        } else {
-            s.add(&b).await?;
-        }
-        Ok(())
-    })
-    .await?;
-    line("upsert of 1,000 rows", p, r);
-    let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
-        // The same, with the records spread over the table: each row read
-        // is on a page of its own.
-        let mut b = batch(&format!("s{i}-{}", caps as u8), 0, 1000)?;
-        let ext = Arc::new(StringArray::from_iter_values((0..1000).map(|j| {
-            format!("ext-r{:010}", ((i * 1000 + j) * 7_919_191 + 12_345) % rows)
-        })));
-        let mut columns = b.columns().to_vec();
-        columns[1] = ext;
-        b = RecordBatch::try_new(b.schema(), columns)?;
-        if caps {
-            s.upsert(&b).await?;
-        } else {
-            s.add(&b).await?;
-        }
-        Ok(())
-    })
-    .await?;
-    line("upsert of 1,000 rows spread over the table", p, r);
+    // 1,000 rows with fresh keys under existing secondary keys: the
+    // capabilities store supersedes them, the plain one adds them. First
+    // records clustered in the table, then records spread over it (each row
+    // read is on a page of its own).
+    let clustered = |n: usize| n * 7 % rows;
+    let spread = |n: usize| (n * 7_919_191 + 12_345) % rows;
+    for (prefix, row_of, label) in [
+        (
+            "u",
+            &clustered as &dyn Fn(usize) -> usize,
+            "upsert of 1,000 rows",
+        ),
+        ("s", &spread, "upsert of 1,000 rows spread over the table"),
+    ] {
+        let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
+            let b = batch(&format!("{prefix}{i}-{}", caps as u8), 0, 1000)?;
+            let ext = Arc::new(StringArray::from_iter_values(
+                (0..1000).map(|j| format!("ext-r{:010}", row_of(i * 1000 + j))),
+            ));
+            let mut columns = b.columns().to_vec();
+            columns[1] = ext;
+            let b = RecordBatch::try_new(b.schema(), columns)?;
+            if caps {
+                s.upsert(&b).await?;
+            } else {
+                s.add(&b).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        line(label, p, r);
+    }
     // The upserts (and the plain adds) are left unmerged: lookups now go
     // through every unmerged generation too.
     let unmerged = pair.records.wal_status().await?.unmerged_generations;
