@@ -288,3 +288,84 @@ async fn search_with_few_probes_skips_rows_rewritten_or_deleted_since_the_base()
     exact.truncate(10);
     assert_eq!(result_ids(&store.nearest(&search).await.unwrap()), exact);
 }
+
+/// Generation directories of every shard (`<shard>/<generation>`).
+fn generation_dirs(dir: &std::path::Path) -> std::collections::BTreeSet<std::path::PathBuf> {
+    let mut found = std::collections::BTreeSet::new();
+    for shard in std::fs::read_dir(dir.join("store/_mem_wal")).unwrap() {
+        for entry in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().contains("_gen_") {
+                found.insert(path);
+            }
+        }
+    }
+    found
+}
+
+/// The MemWAL writers keep only the key index in memory: a vector index (or
+/// a secondary key's) is not rebuilt on every add and written into every
+/// generation, as it was when the MemWAL kept every index of the table. A
+/// store made that way (by an earlier build) is narrowed when it opens, and
+/// search still sees the new rows exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_keep_only_the_key_index_in_memory() {
+    use lance::dataset::mem_wal::DatasetMemWalExt;
+    let (dir, uri) = temp_uri();
+    let store = Store::create(config(&uri, Metric::L2, VectorIndexKind::IvfPq))
+        .await
+        .unwrap();
+    let mut rng = Lcg(11);
+    let mut all: Vec<Vec<f32>> = (0..600)
+        .map(|_| {
+            (0..DIM)
+                .map(|_| rng.below(1000) as f32 / 100.0 - 5.0)
+                .collect()
+        })
+        .collect();
+    store.add(&vectors_batch(0, &all[..500])).await.unwrap();
+    store.merge().await.unwrap();
+    store.build_vector_index("embedding").await.unwrap();
+    store.close().await.unwrap();
+    drop(store);
+    // As an earlier build left it: the MemWAL keeps every index.
+    let mut dataset = lance::Dataset::open(&uri).await.unwrap();
+    dataset
+        .update_mem_wal_maintained_indexes(None)
+        .await
+        .unwrap();
+    let store = Store::open(config(&uri, Metric::L2, VectorIndexKind::IvfPq))
+        .await
+        .unwrap();
+    let details = lance::Dataset::open(&uri)
+        .await
+        .unwrap()
+        .mem_wal_index_details()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!details.maintain_all_indexes, "{details:?}");
+    assert_eq!(details.maintained_indexes, vec!["id_idx".to_string()]);
+    let before = generation_dirs(dir.path());
+    store.add(&vectors_batch(500, &all[500..])).await.unwrap();
+    let new: Vec<_> = generation_dirs(dir.path())
+        .difference(&before)
+        .cloned()
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    let indexes = std::fs::read_dir(new[0].join("_indices")).unwrap().count();
+    assert_eq!(indexes, 1, "only the key index in {:?}", new[0]);
+    assert!(new[0].join("_pk_index").is_dir(), "the key sidecar");
+    // A row of the new generation rewritten, then the search: exact over
+    // what is live, the unmerged rows included.
+    all[550] = all[3].clone();
+    store.add(&vectors_batch(550, &all[550..551])).await.unwrap();
+    let mut search = VectorQuery::new("embedding", all[3].clone(), 10);
+    search.nprobes = Some(256);
+    search.refine_factor = Some(20);
+    assert_eq!(
+        result_ids(&store.nearest(&search).await.unwrap()),
+        brute_force(Metric::L2, &all, &all[3], 10)
+    );
+    assert_eq!(store.count(None).await.unwrap(), 600);
+}

@@ -224,6 +224,41 @@ pub(crate) fn engine_dir(dataset: &Dataset) -> object_store::path::Path {
     dataset.branch_location().path.join("_lance_context")
 }
 
+/// Have the MemWAL writers keep only the key index (`key_index`, which must
+/// exist) in memory, where they kept every index of the table.
+///
+/// A writer builds each index it maintains on every add and writes it into
+/// every generation it flushes: the secondary key's BTree, and an HNSW graph
+/// for a vector index. No read of the engine uses them — keyed reads hold the
+/// generations in memory or scan them, vector search ranks the unmerged tier
+/// exactly — so they only slowed every add. The key index stays: while a
+/// writer maintains one, each flush waits until the generation's key sidecar
+/// covers every row (see `ensure_scalar_indexes`).
+///
+/// A commit, once per store (a no-op when already so). Losing the commit to
+/// another handle's is not an error: the writers keep the wider set until a
+/// later open narrows it, which costs time, never rows.
+pub(crate) async fn narrow_maintained_indexes(dataset: &mut Dataset, key_index: &str) {
+    let wanted = vec![key_index.to_string()];
+    match dataset.mem_wal_index_details().await {
+        Ok(Some(details))
+            if !details.maintain_all_indexes && details.maintained_indexes == wanted => {}
+        Ok(Some(_)) => {
+            if let Err(e) = dataset
+                .update_mem_wal_maintained_indexes(Some(wanted))
+                .await
+            {
+                tracing::warn!(
+                    "the MemWAL writers keep every index in memory (narrowing to {key_index} \
+                     failed: {e}); a later open tries again"
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("reading the MemWAL's maintained indexes: {e}"),
+    }
+}
+
 /// Initialise the MemWAL if it is not (a create that crashed between its two
 /// commits leaves a dataset without one). Manual sharding: each instance writes
 /// its own shard, named by its instance id.

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::config::{RecordCapabilities, ShardPolicy, StoreConfig};
 use crate::conform::Schemas;
-use crate::dataset::{Location, Opener, ensure_mem_wal};
+use crate::dataset::{Location, Opener, ensure_mem_wal, narrow_maintained_indexes};
 use crate::engine::{
     Background, CompactionState, CompactionStats, Engine, Settings, StoreStats,
     ensure_scalar_indexes,
@@ -215,9 +215,13 @@ impl Store {
         // `ensure_scalar_indexes`: the writer then keeps it in memory, which
         // makes every flush wait for the generation's key sidecar).
         let dataset = match writable {
-            true => ensure_scalar_indexes(&dataset, &schemas.key, &config.indexes)
-                .await?
-                .unwrap_or(dataset),
+            true => {
+                let mut dataset = ensure_scalar_indexes(&dataset, &schemas.key, &config.indexes)
+                    .await?
+                    .unwrap_or(dataset);
+                narrow_maintained_indexes(&mut dataset, &format!("{}_idx", schemas.key)).await;
+                dataset
+            }
             false => dataset,
         };
         let writer = match writable {
