@@ -1888,6 +1888,8 @@ async fn keyed_reads_from_held_generations_agree_with_the_scan() {
     assert!(compared_rows > 100, "only {compared_rows} rows compared");
     let (_, _, loads) = reader.held_generations();
     assert!(loads > 0, "the reader never read a generation");
+    let (indexed, _) = store.keyed_base_reads();
+    assert!(indexed > 0, "no keyed read went through the index alone");
 }
 
 /// The generations held for keyed reads are bounded and let go: dropped once
@@ -2126,4 +2128,137 @@ async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
     // The small one, the large one, and the upsert's own: none read back.
     let (_, held, loads) = store.held_generations();
     assert_eq!((held, loads), (3, 0));
+}
+
+/// Keyed reads (lookups, the checks of record writes) read the base table
+/// through its key indexes alone, without a query plan, where the indexes
+/// cover every fragment: rows a merge rewrote or deleted are left out by the
+/// fragments' deletion files, not by the index. A fragment no index covers
+/// (written outside the engine here; a merge's rows before its index
+/// refresh) sends the read through Lance's planner, which scans it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_reads_use_the_index_alone_where_it_covers_the_table() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let rows: Vec<(String, String)> = (0..10)
+        .map(|i| (format!("r{i}"), format!("e{i}")))
+        .collect();
+    let refs: Vec<(&str, Option<&str>, &str)> = rows
+        .iter()
+        .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
+        .collect();
+    store.add(&records(&refs, &[])).await.unwrap();
+    store.merge().await.unwrap();
+    // r3 superseded by u3 (r3 rewritten with its back-link: the old copy is
+    // deleted from the base by the merge), r5 deleted (tombstone, merged).
+    store
+        .upsert(&records(&[("u3", Some("e3"), "new")], &[]))
+        .await
+        .unwrap();
+    store.tombstone(&["r5"]).await.unwrap();
+    store.merge().await.unwrap();
+    store.delete(&["r7"]).await.unwrap();
+    store.merge().await.unwrap();
+
+    let before = store.keyed_base_reads();
+    let found = store
+        .get_many(&["r3", "r5", "u3", "r1", "r7", "nobody"])
+        .await
+        .unwrap();
+    assert_eq!(ids_in_order(&found), ["r3", "u3", "r1"]);
+    let superseded_by = found
+        .column_by_name("superseded_by_id")
+        .unwrap()
+        .as_string::<i32>();
+    assert_eq!(superseded_by.value(0), "u3", "the rewritten copy of r3");
+    let current = store
+        .held_rows_matching(
+            "external_id",
+            &["e3", "e5", "e7", "e9"],
+            Visibility::default(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids(&current), ["r9", "u3"]);
+    let every = store
+        .held_rows_matching("external_id", &["e3"], Visibility::all())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids(&every), ["r3", "u3"], "one copy of r3");
+    let after = store.keyed_base_reads();
+    assert_eq!(
+        after.1, before.1,
+        "a keyed read was planned: {before:?} -> {after:?}"
+    );
+    assert!(after.0 >= before.0 + 3, "{before:?} -> {after:?}");
+    // A unique-key check through the index: e3 and r9 are held.
+    let refused = store
+        .add(&records(&[("fresh", Some("e9"), "t")], &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused.kind(), ErrorKind::AlreadyExists),
+        "{refused}"
+    );
+
+    // A fragment the indexes do not cover: appended to the base table
+    // directly. The read is planned and finds its row.
+    let dataset = lance::Dataset::open(&uri).await.unwrap();
+    let stored: arrow_schema::Schema = dataset.schema().into();
+    let logical = records(&[("outside", Some("e-out"), "t")], &[]);
+    let columns: Vec<ArrayRef> = stored
+        .fields()
+        .iter()
+        .map(|f| logical.column_by_name(f.name()).unwrap().clone())
+        .collect();
+    let batch = RecordBatch::try_new(Arc::new(stored.clone()), columns).unwrap();
+    let params = lance::dataset::WriteParams {
+        mode: lance::dataset::WriteMode::Append,
+        ..Default::default()
+    };
+    lance::Dataset::write(
+        arrow_array::RecordBatchIterator::new([Ok(batch)], Arc::new(stored)),
+        uri.as_str(),
+        Some(params),
+    )
+    .await
+    .unwrap();
+    let before = store.keyed_base_reads();
+    let found = store.get_many(&["outside", "r1"]).await.unwrap();
+    assert_eq!(ids_in_order(&found), ["outside", "r1"]);
+    let held = store
+        .held_rows_matching("external_id", &["e-out"], Visibility::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids(&held), ["outside"]);
+    let after = store.keyed_base_reads();
+    assert!(after.1 >= before.1 + 2, "{before:?} -> {after:?}");
+
+    // A compaction rewrites the fragments and folds the indexes over them:
+    // reads go through the index alone again and see the same rows.
+    store.compact().await.unwrap();
+    let before = store.keyed_base_reads();
+    let found = store
+        .get_many(&["r3", "r5", "u3", "r1", "r7", "outside"])
+        .await
+        .unwrap();
+    assert_eq!(ids_in_order(&found), ["r3", "u3", "r1", "outside"]);
+    let current = store
+        .held_rows_matching(
+            "external_id",
+            &["e3", "e5", "e7", "e9"],
+            Visibility::default(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids(&current), ["r9", "u3"]);
+    let after = store.keyed_base_reads();
+    assert_eq!(
+        after.1, before.1,
+        "planned after a compaction: {before:?} -> {after:?}"
+    );
 }

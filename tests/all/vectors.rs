@@ -359,7 +359,10 @@ async fn writers_keep_only_the_key_index_in_memory() {
     // A row of the new generation rewritten, then the search: exact over
     // what is live, the unmerged rows included.
     all[550] = all[3].clone();
-    store.add(&vectors_batch(550, &all[550..551])).await.unwrap();
+    store
+        .add(&vectors_batch(550, &all[550..551]))
+        .await
+        .unwrap();
     let mut search = VectorQuery::new("embedding", all[3].clone(), 10);
     search.nprobes = Some(256);
     search.refine_factor = Some(20);

@@ -843,19 +843,18 @@ impl Store {
         let stored = stored.as_slice();
         let batches = self
             .on_view(|view| async move {
-                // With a small unmerged tier, from the held generations and
-                // the base table's key index, not a lookup per generation.
-                if !view.nothing_unmerged() {
-                    let read = crate::read::KeyedRead {
-                        column: &self.schemas.key,
-                        values: ids,
-                        hide: None,
-                        columns: stored,
-                        small_tier_only: true,
-                    };
-                    if let Some(rows) = self.keyed(&view, read).await? {
-                        return Ok(vec![self.schemas.conform_for_read(&rows, projection)?]);
-                    }
+                // With a small unmerged tier (or none), from the held
+                // generations and the base table's key index, not a lookup
+                // per generation.
+                let read = crate::read::KeyedRead {
+                    column: &self.schemas.key,
+                    values: ids,
+                    hide: None,
+                    columns: stored,
+                    small_tier_only: true,
+                };
+                if let Some(rows) = self.keyed(&view, read).await? {
+                    return Ok(vec![self.schemas.conform_for_read(&rows, projection)?]);
                 }
                 let plan = plan_lookup(&view, &self.schemas, ids, projection).await?;
                 collect(execute(

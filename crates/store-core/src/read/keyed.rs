@@ -130,6 +130,10 @@ pub(crate) struct HeldGenerations {
     /// Generations a read found not loaded (tests: a refusal is remembered).
     #[cfg(feature = "failpoints")]
     loads: std::sync::atomic::AtomicUsize,
+    /// Keyed reads of the base table through its index alone, and through
+    /// a plan (tests: which path a read took).
+    #[cfg(feature = "failpoints")]
+    base_reads: [std::sync::atomic::AtomicUsize; 2],
 }
 
 impl Default for HeldGenerations {
@@ -139,6 +143,8 @@ impl Default for HeldGenerations {
             limit: MAX_HELD_BYTES.into(),
             #[cfg(feature = "failpoints")]
             loads: 0.into(),
+            #[cfg(feature = "failpoints")]
+            base_reads: Default::default(),
         }
     }
 }
@@ -169,6 +175,22 @@ impl HeldGenerations {
             .collect();
         let loads = self.loads.load(std::sync::atomic::Ordering::Relaxed);
         (loaded.iter().sum(), loaded.len(), loads)
+    }
+
+    /// Keyed reads of the base table so far: through its index alone, and
+    /// through a plan.
+    #[cfg(feature = "failpoints")]
+    pub(crate) fn base_reads(&self) -> (usize, usize) {
+        let [indexed, planned] = &self.base_reads;
+        let read =
+            |n: &std::sync::atomic::AtomicUsize| n.load(std::sync::atomic::Ordering::Relaxed);
+        (read(indexed), read(planned))
+    }
+
+    /// Count a keyed read of the base table (tests).
+    fn count_base_read(&self, _indexed: bool) {
+        #[cfg(feature = "failpoints")]
+        self.base_reads[usize::from(!_indexed)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Hold `rows` — a write of this handle, in the stored schema — as
@@ -524,20 +546,7 @@ pub(crate) async fn keyed_rows(
     }
 
     // The base table's matching rows that no generation rewrote.
-    let mut filter = super::key_filter(column, values);
-    if let Some(hide) = hide {
-        filter = filter.and(hide.clone());
-    }
-    let mut projected: Vec<&str> = columns.iter().map(String::as_str).collect();
-    if !projected.contains(&key) {
-        projected.push(key);
-    }
-    let mut scan = view.dataset.scan();
-    scan.project(&projected)
-        .ctx("projecting a keyed read")?
-        .filter_expr(filter);
-    let mut stream = scan.try_into_stream().await.ctx("reading the base table")?;
-    while let Some(batch) = stream.try_next().await.ctx("reading the base table")? {
+    for batch in base_rows(view, column, values, hide, columns, key, held).await? {
         let keys = strings(&batch, key)?;
         let keep: BooleanArray = (0..batch.num_rows())
             .map(|row| {
@@ -561,6 +570,51 @@ pub(crate) async fn keyed_rows(
         &out_schema,
         &parts,
     )?))
+}
+
+/// The base table's rows whose `column` is one of `values` and that `hide`
+/// leaves visible, with `columns` and the key: through the column's index
+/// alone where that is the whole answer ([`super::indexed`]), else through
+/// an indexed scan Lance plans.
+async fn base_rows(
+    view: &ReadView,
+    column: &str,
+    values: &[&str],
+    hide: Option<&Expr>,
+    columns: &[String],
+    key: &str,
+    held: &HeldGenerations,
+) -> Result<Vec<RecordBatch>> {
+    let mut projected: Vec<&str> = columns.iter().map(String::as_str).collect();
+    if !projected.contains(&key) {
+        projected.push(key);
+    }
+    // The index read takes the rule's columns too and applies it here.
+    let mut taken = projected.clone();
+    for c in hide.iter().flat_map(|hide| hide.column_refs()) {
+        if !taken.contains(&c.name.as_str()) {
+            taken.push(c.name.as_str());
+        }
+    }
+    if let Some(rows) = super::indexed::indexed_rows(&view.dataset, column, values, &taken).await? {
+        held.count_base_read(true);
+        let rows = match hide {
+            Some(hide) => visible(&rows, hide)?,
+            None => rows,
+        };
+        return Ok(vec![rows]);
+    }
+    held.count_base_read(false);
+    let mut filter = super::key_filter(column, values);
+    if let Some(hide) = hide {
+        filter = filter.and(hide.clone());
+    }
+    let mut scan = view.dataset.scan();
+    scan.project(&projected)
+        .ctx("projecting a keyed read")?
+        .filter_expr(filter);
+    let stream = scan.try_into_stream().await.ctx("reading the base table")?;
+    stream.try_collect().await.ctx("reading the base table")
 }
 
 /// `rows` that `hide` leaves visible.

@@ -12,6 +12,7 @@
 //! Each planner has its own module: [`scan`] (filters, order, visibility),
 //! [`lookup`] (point lookups by key), [`nearest`] (vector search).
 
+mod indexed;
 mod keyed;
 mod lookup;
 mod nearest;

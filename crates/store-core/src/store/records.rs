@@ -301,6 +301,13 @@ impl Store {
         self.engine.held.held()
     }
 
+    /// Keyed reads of the base table so far: through its index alone, and
+    /// through a plan (tests: which path a read took).
+    #[cfg(feature = "failpoints")]
+    pub fn keyed_base_reads(&self) -> (usize, usize) {
+        self.engine.held.base_reads()
+    }
+
     /// [`crate::read::keyed_rows`] on a fresh view: the stored columns
     /// `stored` of the rows whose `column` is one of `values`. On a task of
     /// its own, so the two reads of a record write (are the ids new, what do
