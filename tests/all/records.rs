@@ -2262,3 +2262,7 @@ async fn keyed_reads_use_the_index_alone_where_it_covers_the_table() {
         "planned after a compaction: {before:?} -> {after:?}"
     );
 }
+
+// The index-only keyed read against a brute-force oracle: compactions,
+// rewrites in place, odd values, changes made outside the engine.
+mod indexed;

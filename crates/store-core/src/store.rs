@@ -826,10 +826,17 @@ impl Store {
         ids: &[&str],
         projection: Option<&[String]>,
     ) -> Result<RecordBatch> {
-        let schema = self.output_schema(projection)?;
         if ids.is_empty() {
-            return Ok(RecordBatch::new_empty(schema));
+            return Ok(RecordBatch::new_empty(self.output_schema(projection)?));
         }
+        // Rows are ordered (and repeats dropped) by key: a projection
+        // without the key reads it too, and it is dropped at the end.
+        let key = &self.schemas.key;
+        let with_key: Option<Vec<String>> = projection
+            .filter(|p| !p.contains(key))
+            .map(|p| p.iter().chain([key]).cloned().collect());
+        let projection = with_key.as_deref().or(projection);
+        let schema = self.output_schema(projection)?;
         // The stored columns asked for (those the dataset lacks come back
         // null).
         let stored: Vec<String> = match projection {
@@ -866,7 +873,13 @@ impl Store {
             })
             .await?;
         let found = concat_batches(&schema, &batches)?;
-        order_by_keys(&found, &self.schemas.key, ids)
+        let ordered = order_by_keys(&found, key, ids)?;
+        if with_key.is_some() {
+            let at = ordered.schema().index_of(key)?;
+            let keep: Vec<usize> = (0..ordered.num_columns()).filter(|&i| i != at).collect();
+            return Ok(ordered.project(&keep)?);
+        }
+        Ok(ordered)
     }
 
     /// Unmerged generations per shard. Every add makes at most one generation

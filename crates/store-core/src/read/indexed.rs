@@ -15,8 +15,9 @@
 //! Only where that is the whole answer: the index's segments cover every
 //! fragment of the version (rows merged since the last index refresh are in
 //! fragments no segment covers), no fragment carries a data overlay (a value
-//! replaced in place after the index was built), the index answers exactly
-//! and row ids are addresses. Otherwise [`indexed_rows`] returns `None` and
+//! replaced in place after the index was built), every segment is a BTree
+//! that answers exactly, every column asked for is in the version, and row
+//! ids are addresses. Otherwise [`indexed_rows`] returns `None` and
 //! the caller plans a scan as before.
 
 use std::sync::Arc;
@@ -60,7 +61,14 @@ pub(crate) async fn indexed_rows(
     }
     let mut covered = RoaringBitmap::new();
     for segment in &segments {
-        if segment.fields != [field.id] {
+        // Only the engine's own kind: another index under the name (one
+        // made outside the engine) may answer the query differently or not
+        // at all; the planner knows how to use it.
+        let btree = segment
+            .index_details
+            .as_ref()
+            .is_some_and(|d| d.type_url.ends_with("BTreeIndexDetails"));
+        if segment.fields != [field.id] || !btree {
             return Ok(None);
         }
         match &segment.fragment_bitmap {
@@ -103,7 +111,12 @@ pub(crate) async fn indexed_rows(
     // Rows a merge rewrote or deleted are still in the index: the take
     // leaves out what the fragments' deletion files delete.
     let addresses: Vec<u64> = addresses.map(u64::from).collect();
-    let projection = ProjectionRequest::from_columns(columns.iter().copied(), dataset.schema());
+    // A column the version lacks (dropped outside the engine since the
+    // handle opened) is left to the planner, which reports it.
+    let Ok(projection) = dataset.schema().project_preserve_system_columns(columns) else {
+        return Ok(None);
+    };
+    let projection = ProjectionRequest::from_schema(projection);
     let rows = dataset
         .take_rows(&addresses, projection)
         .await
