@@ -500,8 +500,9 @@ async fn partial_in_place_rewrite_under_a_shared_segment() {
     assert!(fresh.is_ok(), "er1 reported taken: {fresh:?}");
     let taken = store
         .add(&records(&[("fresh2", Some("x1"), "t")], &[]))
-        .await;
-    assert!(taken.is_err(), "x1 not reported taken");
+        .await
+        .expect_err("x1 not reported taken");
+    assert!(matches!(taken.kind(), ErrorKind::AlreadyExists), "{taken}");
 }
 
 /// A keyed read whose view was taken before a delete, a merge and a
@@ -677,8 +678,12 @@ async fn replaced_index(kind: lance_index::IndexType) {
     eprintln!("{kind:?}: indexed {n}");
     let refused = store
         .add(&records(&[("fresh", Some("er1"), "t")], &[]))
-        .await;
-    assert!(refused.is_err(), "{kind:?}: er1 not reported taken");
+        .await
+        .expect_err("er1 not reported taken");
+    assert!(
+        matches!(refused.kind(), ErrorKind::AlreadyExists),
+        "{kind:?}: {refused}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
