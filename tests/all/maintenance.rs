@@ -4,9 +4,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use arrow_array::{Array, RecordBatch, StringArray};
-use futures::TryStreamExt;
-use lance::Dataset;
+use arrow_array::{Array, StringArray};
 use lance_context_store::{
     Error, ErrorKind, MergeFailpoint, ScanRequest, SortKey, Store, StoreConfig,
 };
@@ -26,15 +24,7 @@ fn manual(uri: &str) -> StoreConfig {
 
 /// Every row of the base table read by plain Lance, ignoring the WAL.
 async fn base_rows(uri: &str) -> Vec<Row> {
-    let dataset = Dataset::open(uri).await.unwrap();
-    let batches: Vec<RecordBatch> = dataset
-        .scan()
-        .try_into_stream()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = base_table(uri, &[]).await;
     let mut rows: Vec<Row> = batches.iter().flat_map(decode).collect();
     rows.sort_by(|a, b| a.id.cmp(&b.id));
     rows

@@ -203,3 +203,20 @@ pub fn cli(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Every row of the base table at `uri` with `columns` (all when empty),
+/// read by plain Lance: no index, no WAL, no visibility rule.
+pub async fn base_table(uri: &str, columns: &[&str]) -> Vec<RecordBatch> {
+    use futures::TryStreamExt;
+    let dataset = lance::Dataset::open(uri).await.unwrap();
+    let mut scan = dataset.scan();
+    if !columns.is_empty() {
+        scan.project(columns).unwrap();
+    }
+    scan.try_into_stream()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}

@@ -874,12 +874,10 @@ impl Store {
             .await?;
         let found = concat_batches(&schema, &batches)?;
         let ordered = order_by_keys(&found, key, ids)?;
-        if with_key.is_some() {
-            let at = ordered.schema().index_of(key)?;
-            let keep: Vec<usize> = (0..ordered.num_columns()).filter(|&i| i != at).collect();
-            return Ok(ordered.project(&keep)?);
+        match with_key {
+            Some(_) => without_column(&ordered, key),
+            None => Ok(ordered),
         }
-        Ok(ordered)
     }
 
     /// Unmerged generations per shard. Every add makes at most one generation
@@ -938,6 +936,13 @@ impl Drop for Store {
         // when the engine goes).
         self.stop_background();
     }
+}
+
+/// `batch` without its column `name` (one a read added for its own use).
+pub(crate) fn without_column(batch: &RecordBatch, name: &str) -> Result<RecordBatch> {
+    let at = batch.schema().index_of(name)?;
+    let keep: Vec<usize> = (0..batch.num_columns()).filter(|&i| i != at).collect();
+    Ok(batch.project(&keep)?)
 }
 
 /// Reorder `found` to follow `ids` (first occurrence), dropping repeats.

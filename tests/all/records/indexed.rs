@@ -6,7 +6,6 @@
 
 use super::*;
 use arrow_array::RecordBatchIterator;
-use futures::TryStreamExt;
 use lance::dataset::{MergeInsertBuilder, MergeInsertWriteMode, WhenMatched, WhenNotMatched};
 use lance::index::DatasetIndexExt;
 
@@ -32,16 +31,7 @@ fn render(b: &RecordBatch) -> Vec<String> {
 /// The oracle: every row of the base table whose `column` is in `values`,
 /// from a full scan without a filter (no index involved).
 async fn brute(uri: &str, column: &str, values: &[&str]) -> Vec<String> {
-    let ds = lance::Dataset::open(uri).await.unwrap();
-    let mut scan = ds.scan();
-    scan.project(&["id", "external_id", "text"]).unwrap();
-    let batches: Vec<RecordBatch> = scan
-        .try_into_stream()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = crate::support::base_table(uri, &["id", "external_id", "text"]).await;
     let mut out = vec![];
     for b in &batches {
         let col = b.column_by_name(column).unwrap().as_string::<i32>();
@@ -77,22 +67,15 @@ async fn planned(store: &Store, column: &str, values: &[&str]) -> Vec<String> {
 /// oracle; returns how many base reads went through the index alone.
 async fn check(store: &Store, uri: &str, what: &str, ids: &[&str], exts: &[&str]) -> usize {
     let before = store.keyed_base_reads();
+    let by_id = brute(uri, "id", ids).await;
     let got = store.get_many(ids).await.unwrap();
-    assert_eq!(
-        render(&got),
-        brute(uri, "id", ids).await,
-        "{what}: get_many {ids:?}"
-    );
+    assert_eq!(render(&got), by_id, "{what}: get_many {ids:?}");
     let got = store
         .held_rows_matching("id", ids, Visibility::all())
         .await
         .unwrap()
         .expect("held path");
-    assert_eq!(
-        render(&got),
-        brute(uri, "id", ids).await,
-        "{what}: id IN {ids:?}"
-    );
+    assert_eq!(render(&got), by_id, "{what}: id IN {ids:?}");
     let got = store
         .held_rows_matching("external_id", exts, Visibility::all())
         .await

@@ -86,6 +86,11 @@ pub(crate) async fn indexed_rows(
     {
         return Ok(None);
     }
+    // A column the version lacks (dropped outside the engine since the
+    // handle opened) is left to the planner, which reports it.
+    let Ok(projection) = dataset.schema().project_preserve_system_columns(columns) else {
+        return Ok(None);
+    };
     let query = SargableQuery::IsIn(
         values
             .iter()
@@ -111,14 +116,8 @@ pub(crate) async fn indexed_rows(
     // Rows a merge rewrote or deleted are still in the index: the take
     // leaves out what the fragments' deletion files delete.
     let addresses: Vec<u64> = addresses.map(u64::from).collect();
-    // A column the version lacks (dropped outside the engine since the
-    // handle opened) is left to the planner, which reports it.
-    let Ok(projection) = dataset.schema().project_preserve_system_columns(columns) else {
-        return Ok(None);
-    };
-    let projection = ProjectionRequest::from_schema(projection);
     let rows = dataset
-        .take_rows(&addresses, projection)
+        .take_rows(&addresses, ProjectionRequest::from_schema(projection))
         .await
         .ctx("reading rows by address")?;
     Ok(Some(rows))

@@ -390,8 +390,7 @@ impl Store {
             .collect();
         let live = arrow_select::filter::filter_record_batch(&found, &keep)?;
         if added {
-            let n = live.num_columns();
-            return Ok(live.project(&(0..n - 1).collect::<Vec<_>>())?);
+            return super::without_column(&live, CONTENT_TYPE);
         }
         Ok(live)
     }
