@@ -474,3 +474,99 @@ async fn a_storage_failure_while_planning_a_filter_is_not_blamed_on_the_filter()
         assert_ne!(err.kind(), ErrorKind::InvalidInput, "{filter}: {err}");
     }
 }
+
+/// A burst of adds leaves more unmerged than a lookup loads itself (1 MiB
+/// not held): lookups go through the planner, one lookup per generation.
+/// From a handle's second such lookup on, the generations are loaded in the
+/// background, and the lookups after it read them held; a one-shot lookup
+/// (a CLI `get`) loads nothing. The answers are the same on both paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_after_a_burst_of_adds_load_the_generations_in_the_background() {
+    use std::time::{Duration, Instant};
+    let (_dir, uri) = temp_uri();
+    let store = create(&uri).await;
+    let wide = "x".repeat(400);
+    for g in 0..4 {
+        let mut rows = rows(&format!("g{g}"), &wide, 1000);
+        // Each generation rewrites a key of the one before it.
+        if g > 0 {
+            rows.push(Row::new(format!("g{}-00007", g - 1), "rewritten", g));
+        }
+        store.add(&batch(&rows)).await.unwrap();
+    }
+    store.delete(&["g0-00003"]).await.unwrap();
+    let keys = ["g0-00003", "g0-00007", "g2-00999", "g3-00500", "nope"];
+    let expected = |label: &str, found: &RecordBatch| {
+        let got: Vec<(String, String)> = decode(found)
+            .into_iter()
+            .map(|r| (r.id, r.grp.chars().take(9).collect()))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("g0-00007", "rewritten"),
+            ("g2-00999", "xxxxxxxxx"),
+            ("g3-00500", "xxxxxxxxx"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(got, want, "{label}");
+    };
+    let keyed = |s: &Store| {
+        let (indexed, planned) = s.keyed_base_reads();
+        indexed + planned
+    };
+    for handle in ["writer", "reader"] {
+        let reader;
+        let s = if handle == "writer" {
+            &store
+        } else {
+            reader = Store::open_read_only(config(&uri)).await.unwrap();
+            &reader
+        };
+        // A plain store's adds are not held: nothing is, and the first
+        // lookup goes through the planner and loads nothing.
+        expected(handle, &s.get_many(&keys).await.unwrap());
+        assert_eq!(
+            keyed(s),
+            0,
+            "{handle}: the first lookup read held generations"
+        );
+        assert_eq!(
+            s.held_generations().1,
+            0,
+            "{handle}: a one-shot lookup loaded"
+        );
+        assert!(!s.warming_generations());
+        // The second one also goes through the planner, and starts the load.
+        expected(handle, &s.get_many(&keys).await.unwrap());
+        assert_eq!(keyed(s), 0);
+        let started = Instant::now();
+        while s.warming_generations() || s.held_generations().1 < 5 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{handle}: the generations were not loaded: {:?}",
+                s.held_generations()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            s.held_generations().1,
+            5,
+            "{handle}: four adds and a delete"
+        );
+        // Now held: the lookup reads them, and only the base table from disk.
+        let loads = s.held_generations().2;
+        expected(handle, &s.get_many(&keys).await.unwrap());
+        assert_eq!(
+            keyed(s),
+            1,
+            "{handle}: the lookup did not read the held generations"
+        );
+        for key in keys {
+            let one = s.get(key).await.unwrap();
+            let many = s.get_many(&[key]).await.unwrap();
+            assert_eq!(one.map(|b| decode(&b)).unwrap_or_default(), decode(&many));
+        }
+        assert_eq!(s.held_generations().2, loads, "{handle}: loaded again");
+    }
+}

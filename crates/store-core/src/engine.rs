@@ -135,7 +135,7 @@ pub(crate) struct Engine {
     pub generations: Arc<SsTableCache>,
     /// Unmerged generations held whole, for keyed reads (see
     /// [`crate::read::keyed_rows`]).
-    pub held: crate::read::HeldGenerations,
+    pub held: Arc<crate::read::HeldGenerations>,
     /// The shard manifests this handle read last (see [`ManifestCache`]).
     pub manifests: ManifestCache,
     pub shard: Uuid,

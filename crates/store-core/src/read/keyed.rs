@@ -127,6 +127,11 @@ pub(crate) struct HeldGenerations {
     held: Mutex<Held>,
     /// [`MAX_HELD_BYTES`], lowered by tests.
     limit: std::sync::atomic::AtomicUsize,
+    /// Point lookups that found more than [`LOOKUP_LOAD_BYTES`] of the
+    /// unmerged tier not held (see [`Self::warm`]).
+    unheld_lookups: std::sync::atomic::AtomicUsize,
+    /// A background load of the generations is running.
+    warming: std::sync::atomic::AtomicBool,
     /// Generations a read found not loaded (tests: a refusal is remembered).
     #[cfg(feature = "failpoints")]
     loads: std::sync::atomic::AtomicUsize,
@@ -141,6 +146,8 @@ impl Default for HeldGenerations {
         Self {
             held: Mutex::default(),
             limit: MAX_HELD_BYTES.into(),
+            unheld_lookups: 0.into(),
+            warming: false.into(),
             #[cfg(feature = "failpoints")]
             loads: 0.into(),
             #[cfg(feature = "failpoints")]
@@ -367,6 +374,51 @@ impl HeldGenerations {
             .sum()
     }
 
+    /// A point lookup found more of `view`'s generations not held than it
+    /// loads itself ([`LOOKUP_LOAD_BYTES`]: a burst of adds written since
+    /// the last read, or by another process) and goes through the planner,
+    /// one lookup per generation. Without more, every later lookup would do
+    /// the same until a merge: nothing loads them. From the second such
+    /// lookup of this handle on (a handle serving lookups, not a one-shot
+    /// command), the generations are loaded in the background, one load at a
+    /// time, so the lookups that follow read them held. The tier is at most
+    /// [`LOOKUP_TIER_BYTES`] here, so what is loaded is bounded.
+    fn warm(self: &Arc<Self>, view: &ReadView, opener: &Opener, key: &str) {
+        use std::sync::atomic::Ordering;
+        if self.unheld_lookups.fetch_add(1, Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.warming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        /// Clears `warming` however the load ends (error, panic, runtime
+        /// shutdown dropping the task).
+        struct Warming(Arc<HeldGenerations>);
+        impl Drop for Warming {
+            fn drop(&mut self) {
+                self.0.warming.store(false, Ordering::Release);
+            }
+        }
+        let warming = Warming(self.clone());
+        let (view, opener, key) = (view.clone(), opener.clone(), key.to_string());
+        runtime.spawn(async move {
+            // With `lookup`, a load passing the limit leaves what is held alone.
+            if let Err(e) = warming.0.of(&view, &opener, &key, true).await {
+                tracing::debug!("loading unmerged generations for lookups: {e}");
+            }
+            drop(warming);
+        });
+    }
+
+    /// Whether a background load of generations is running (tests).
+    #[cfg(feature = "failpoints")]
+    pub(crate) fn warming(&self) -> bool {
+        self.warming.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn clear(&self) {
         let mut held = self.lock();
         held.entries.clear();
@@ -441,7 +493,7 @@ pub(crate) async fn keyed_rows(
     view: &ReadView,
     schemas: &Schemas,
     opener: &Opener,
-    held: &HeldGenerations,
+    held: &Arc<HeldGenerations>,
     read: KeyedRead<'_>,
 ) -> Result<Option<RecordBatch>> {
     let KeyedRead {
@@ -454,12 +506,14 @@ pub(crate) async fn keyed_rows(
     let key = schemas.key.as_str();
     let unmerged: u64 = view.shards.iter().map(|s| s.unmerged_bytes).sum();
     let unmeasured = view.shards.iter().any(|s| s.unmeasured);
-    if small_tier_only
-        && (unmeasured
-            || unmerged > LOOKUP_TIER_BYTES.min(held.limit() as u64)
-            || held.unheld_bytes(view) > LOOKUP_LOAD_BYTES)
-    {
-        return Ok(None);
+    if small_tier_only {
+        if unmeasured || unmerged > LOOKUP_TIER_BYTES.min(held.limit() as u64) {
+            return Ok(None);
+        }
+        if held.unheld_bytes(view) > LOOKUP_LOAD_BYTES {
+            held.warm(view, opener, key);
+            return Ok(None);
+        }
     }
     let utf8 = |c: &str| {
         schemas

@@ -509,6 +509,7 @@ pub(crate) fn micros_up(column: &arrow_array::ArrayRef) -> Result<Vec<Option<i64
 pub type BatchStream = futures::stream::BoxStream<'static, Result<RecordBatch>>;
 
 /// A consistent view to read from.
+#[derive(Clone)]
 pub(crate) struct ReadView {
     pub dataset: Arc<Dataset>,
     pub shards: Vec<ShardView>,

@@ -301,6 +301,13 @@ impl Store {
         self.engine.held.held()
     }
 
+    /// Whether lookups' background load of unmerged generations is running
+    /// (tests wait for it).
+    #[cfg(feature = "failpoints")]
+    pub fn warming_generations(&self) -> bool {
+        self.engine.held.warming()
+    }
+
     /// Keyed reads of the base table so far: through its index alone, and
     /// through a plan (tests: which path a read took).
     #[cfg(feature = "failpoints")]
