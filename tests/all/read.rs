@@ -484,7 +484,10 @@ async fn a_storage_failure_while_planning_a_filter_is_not_blamed_on_the_filter()
 async fn lookups_after_a_burst_of_adds_load_the_generations_in_the_background() {
     use std::time::{Duration, Instant};
     let (_dir, uri) = temp_uri();
-    let store = create(&uri).await;
+    // No merge may take the generations away while the test waits.
+    let store = Store::create(config(&uri).with_manual_maintenance())
+        .await
+        .unwrap();
     let wide = "x".repeat(400);
     for g in 0..4 {
         let mut rows = rows(&format!("g{g}"), &wide, 1000);
@@ -520,7 +523,9 @@ async fn lookups_after_a_burst_of_adds_load_the_generations_in_the_background() 
         let s = if handle == "writer" {
             &store
         } else {
-            reader = Store::open_read_only(config(&uri)).await.unwrap();
+            reader = Store::open_read_only(config(&uri).with_manual_maintenance())
+                .await
+                .unwrap();
             &reader
         };
         // A plain store's adds are not held: nothing is, and the first

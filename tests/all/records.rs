@@ -2076,12 +2076,14 @@ async fn upserts_racing_merges_and_cleanup_never_fork_a_record() {
     assert_eq!(ids(&held), ids(&shown));
 }
 
-/// A lookup reads the held generations, and loads one it does not hold only
-/// when that is small: a large generation another handle wrote is looked up
-/// through Lance's planner (its key index). The writing handle holds what it
-/// wrote, and reads none of it back.
+/// A lookup reads the held generations, and loads one it does not hold
+/// itself only when that is small: a large generation another handle wrote
+/// is looked up through Lance's planner (its key index), and from the
+/// handle's second such lookup on it is loaded in the background for the
+/// lookups after. The writing handle holds what it wrote, and reads none of
+/// it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
+async fn a_lookup_loads_a_large_generation_it_does_not_hold_only_in_the_background() {
     let (_dir, uri) = temp_uri();
     let store = store(&uri).await;
     let reader = Store::open_read_only(caps_config(&uri)).await.unwrap();
@@ -2107,11 +2109,27 @@ async fn a_lookup_loads_no_large_generation_it_does_not_hold() {
         assert_eq!(ids(&found), vec![id]);
     }
     assert!(reader.get("big-1500").await.unwrap().is_none());
+    let started = std::time::Instant::now();
+    while reader.warming_generations() || reader.held_generations().1 < 2 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the large generation was not loaded in the background: {:?}",
+            reader.held_generations()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(reader.held_generations().1, 2);
+    let (indexed, planned) = reader.keyed_base_reads();
+    // Now held: a lookup reads both held generations and the base table.
+    let found = reader.get("big-1499").await.unwrap().expect("big-1499");
+    assert_eq!(ids(&found), vec!["big-1499"]);
+    let (i, p) = reader.keyed_base_reads();
     assert_eq!(
-        reader.held_generations(),
-        (reader.held_generations().0, 1, 1),
-        "a lookup loaded the large generation"
+        i + p,
+        indexed + planned + 1,
+        "not read from the held generations"
     );
+    assert_eq!(reader.held_generations().1, 2);
     // The writer looks up from what it wrote, the upsert's own write too.
     store
         .upsert(&records(&[("v", Some("ebig-7"), "v")], &[]))

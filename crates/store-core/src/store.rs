@@ -913,6 +913,7 @@ impl Store {
     /// Flush and release the writer. Reads keep working; adds fail with
     /// [`Error::WriterUnavailable`].
     pub async fn close(&self) -> Result<()> {
+        self.engine.held.stop_warming();
         let background = self.take_background();
         if let Some(background) = background {
             background.stop().await;
@@ -935,6 +936,7 @@ impl Drop for Store {
         // only background work needs stopping (the writer stops its own tasks
         // when the engine goes).
         self.stop_background();
+        self.engine.held.stop_warming();
     }
 }
 

@@ -132,6 +132,8 @@ pub(crate) struct HeldGenerations {
     unheld_lookups: std::sync::atomic::AtomicUsize,
     /// A background load of the generations is running.
     warming: std::sync::atomic::AtomicBool,
+    /// Stops it when the store goes ([`Self::stop_warming`]).
+    warm_task: Mutex<Option<tokio::task::AbortHandle>>,
     /// Generations a read found not loaded (tests: a refusal is remembered).
     #[cfg(feature = "failpoints")]
     loads: std::sync::atomic::AtomicUsize,
@@ -148,6 +150,7 @@ impl Default for HeldGenerations {
             limit: MAX_HELD_BYTES.into(),
             unheld_lookups: 0.into(),
             warming: false.into(),
+            warm_task: Mutex::default(),
             #[cfg(feature = "failpoints")]
             loads: 0.into(),
             #[cfg(feature = "failpoints")]
@@ -404,13 +407,27 @@ impl HeldGenerations {
         }
         let warming = Warming(self.clone());
         let (view, opener, key) = (view.clone(), opener.clone(), key.to_string());
-        runtime.spawn(async move {
+        let task = runtime.spawn(async move {
             // With `lookup`, a load passing the limit leaves what is held alone.
             if let Err(e) = warming.0.of(&view, &opener, &key, true).await {
                 tracing::debug!("loading unmerged generations for lookups: {e}");
             }
             drop(warming);
         });
+        *self.warm_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+    }
+
+    /// Stop a background load (the store is closed or dropped: nothing will
+    /// read what it loads).
+    pub(crate) fn stop_warming(&self) {
+        let task = self
+            .warm_task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(task) = task {
+            task.abort();
+        }
     }
 
     /// Whether a background load of generations is running (tests).
