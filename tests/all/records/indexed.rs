@@ -525,18 +525,23 @@ async fn read_paused_across_merge_and_compaction() {
     assert!(got == old || got == new, "a mix: {got:?}");
 }
 
+/// A store of [`schema`] without record capabilities, merged by hand.
+async fn plain_store(uri: &str) -> Store {
+    Store::create(
+        StoreConfig::new(uri)
+            .with_schema(schema())
+            .with_manual_maintenance(),
+    )
+    .await
+    .unwrap()
+}
+
 /// A store without record capabilities (lookups by key only), where every
 /// lookup now tries the index-only read even with nothing unmerged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_store_lookups() {
     let (_dir, uri) = temp_uri();
-    let store = Store::create(
-        StoreConfig::new(&uri)
-            .with_schema(schema())
-            .with_manual_maintenance(),
-    )
-    .await
-    .unwrap();
+    let store = plain_store(&uri).await;
     for p in ["a", "b", "c"] {
         store.add(&batch(p, 5, "t")).await.unwrap();
         store.merge().await.unwrap();
@@ -568,13 +573,7 @@ async fn plain_store_lookups() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_projections() {
     let (_dir, uri) = temp_uri();
-    let store = Store::create(
-        StoreConfig::new(&uri)
-            .with_schema(schema())
-            .with_manual_maintenance(),
-    )
-    .await
-    .unwrap();
+    let store = plain_store(&uri).await;
     store.add(&batch("a", 3, "t")).await.unwrap();
     let ids = ["a2", "a0", "zz"];
     let p = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -130,9 +130,9 @@ pub(crate) struct HeldGenerations {
     /// Point lookups that found more than [`LOOKUP_LOAD_BYTES`] of the
     /// unmerged tier not held (see [`Self::warm`]).
     unheld_lookups: std::sync::atomic::AtomicUsize,
-    /// A background load of the generations is running.
-    warming: std::sync::atomic::AtomicBool,
-    /// Stops it when the store goes ([`Self::stop_warming`]).
+    /// The background load of the generations, the latest one started
+    /// (running until it is finished; stopped when the store goes: see
+    /// [`Self::stop_warming`]).
     warm_task: Mutex<Option<tokio::task::AbortHandle>>,
     /// Generations a read found not loaded (tests: a refusal is remembered).
     #[cfg(feature = "failpoints")]
@@ -149,7 +149,6 @@ impl Default for HeldGenerations {
             held: Mutex::default(),
             limit: MAX_HELD_BYTES.into(),
             unheld_lookups: 0.into(),
-            warming: false.into(),
             warm_task: Mutex::default(),
             #[cfg(feature = "failpoints")]
             loads: 0.into(),
@@ -394,37 +393,29 @@ impl HeldGenerations {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if self.warming.swap(true, Ordering::AcqRel) {
+        let mut task = self.warm_task();
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
             return;
         }
-        /// Clears `warming` however the load ends (error, panic, runtime
-        /// shutdown dropping the task).
-        struct Warming(Arc<HeldGenerations>);
-        impl Drop for Warming {
-            fn drop(&mut self) {
-                self.0.warming.store(false, Ordering::Release);
-            }
-        }
-        let warming = Warming(self.clone());
-        let (view, opener, key) = (view.clone(), opener.clone(), key.to_string());
-        let task = runtime.spawn(async move {
+        let (held, view, opener, key) =
+            (self.clone(), view.clone(), opener.clone(), key.to_string());
+        let load = runtime.spawn(async move {
             // With `lookup`, a load passing the limit leaves what is held alone.
-            if let Err(e) = warming.0.of(&view, &opener, &key, true).await {
+            if let Err(e) = held.of(&view, &opener, &key, true).await {
                 tracing::debug!("loading unmerged generations for lookups: {e}");
             }
-            drop(warming);
         });
-        *self.warm_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+        *task = Some(load.abort_handle());
+    }
+
+    fn warm_task(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::AbortHandle>> {
+        self.warm_task.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Stop a background load (the store is closed or dropped: nothing will
     /// read what it loads).
     pub(crate) fn stop_warming(&self) {
-        let task = self
-            .warm_task
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let task = self.warm_task().take();
         if let Some(task) = task {
             task.abort();
         }
@@ -433,7 +424,7 @@ impl HeldGenerations {
     /// Whether a background load of generations is running (tests).
     #[cfg(feature = "failpoints")]
     pub(crate) fn warming(&self) -> bool {
-        self.warming.load(std::sync::atomic::Ordering::Acquire)
+        self.warm_task().as_ref().is_some_and(|t| !t.is_finished())
     }
 
     fn clear(&self) {
