@@ -442,6 +442,45 @@ async fn unique_keys_reject_in_input_order_and_write_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_upsert_reports_what_an_upsert_would_do_and_writes_nothing() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    store
+        .upsert(&records(&[("a1", Some("ea"), "v1")], &[]))
+        .await
+        .unwrap();
+    store.merge().await.unwrap();
+    // One replaced (its record in the base table), one inserted.
+    let batch = records(&[("a2", Some("ea"), "v2"), ("b1", Some("eb"), "b")], &[]);
+    let checked = store.check_upsert(&batch).await.unwrap();
+    assert_eq!(
+        checked
+            .iter()
+            .map(|o| (o.id.as_str(), o.inserted, o.replaced_id.as_deref()))
+            .collect::<Vec<_>>(),
+        [("a2", false, Some("a1")), ("b1", true, None)]
+    );
+    // Nothing written: a1 is still the current version, a2 and b1 absent.
+    assert_eq!(visible(&store, Visibility::default()).await, ["a1"]);
+    assert!(store.get("a2").await.unwrap().is_none());
+    // The upsert itself does what the check said.
+    assert_eq!(store.upsert(&batch).await.unwrap(), checked);
+    assert_eq!(visible(&store, Visibility::default()).await, ["a2", "b1"]);
+    // And the check refuses what the upsert refuses, with the same problem.
+    for bad in [
+        records(&[("a2", Some("ez"), "")], &[]),
+        records(&[("c", None, "")], &[]),
+        records(&[("c1", Some("ec"), ""), ("c2", Some("ec"), "")], &[]),
+    ] {
+        let checked = store.check_upsert(&bad).await.unwrap_err();
+        let upserted = store.upsert(&bad).await.unwrap_err();
+        assert_eq!(problem(&checked), problem(&upserted), "{checked}");
+    }
+    assert_eq!(visible(&store, Visibility::default()).await, ["a2", "b1"]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upsert_inserts_or_replaces_by_secondary_key_and_patch_makes_a_new_version() {
     let (_dir, uri) = temp_uri();
     let store = store(&uri).await;
@@ -1890,6 +1929,62 @@ async fn keyed_reads_from_held_generations_agree_with_the_scan() {
     assert!(loads > 0, "the reader never read a generation");
     let (indexed, _) = store.keyed_base_reads();
     assert!(indexed > 0, "no keyed read went through the index alone");
+}
+
+/// A keyed read on a view taken before a merge still reads the generations
+/// that view lists, but does not hold again what a newer read saw merged
+/// (before: a slow read, or a lookups' background load, put them back until
+/// the next read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_on_an_older_view_does_not_hold_merged_generations() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    for i in 0..3 {
+        let (id, ext) = (format!("r{i}"), format!("e{i}"));
+        store
+            .add(&records(&[(id.as_str(), Some(ext.as_str()), "t")], &[]))
+            .await
+            .unwrap();
+    }
+    // Another handle: it holds nothing it did not read itself.
+    let reader = Arc::new(Store::open_read_only(caps_config(&uri)).await.unwrap());
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    reader.pause_next_read(Box::new(move || {
+        Box::pin(async move {
+            let _ = paused_tx.send(());
+            let _ = go_rx.await;
+        })
+    }));
+    let slow = {
+        let reader = reader.clone();
+        tokio::spawn(async move {
+            reader
+                .held_rows_matching("external_id", &["e1", "e2"], Visibility::default())
+                .await
+        })
+    };
+    paused_rx.await.unwrap();
+    store.merge().await.unwrap();
+    // A read on the newer view: nothing unmerged, nothing held.
+    let now = reader
+        .held_rows_matching("external_id", &["e1", "e2"], Visibility::default())
+        .await
+        .unwrap()
+        .expect("the held path applies");
+    assert_eq!(now.num_rows(), 2);
+    assert_eq!(reader.held_generations().1, 0);
+    go_tx.send(()).unwrap();
+    let old = slow.await.unwrap().unwrap().expect("the held path applies");
+    assert_eq!(sorted_rows(&old), sorted_rows(&now));
+    let (bytes, held, loads) = reader.held_generations();
+    assert!(loads >= 3, "the slow read did not read its generations");
+    assert_eq!(
+        (bytes, held),
+        (0, 0),
+        "the slow read held merged generations again"
+    );
+    store.close().await.unwrap();
 }
 
 /// The generations held for keyed reads are bounded and let go: dropped once

@@ -118,6 +118,11 @@ struct Held {
     /// a view still lists every one of them, nothing is loaded (the tier
     /// only grows until a merge takes some away).
     refused: Vec<String>,
+    /// By shard, the highest "merged up to" marker a view has shown: a read
+    /// on an older view (a slow read, a background load) still reads the
+    /// generations it lists, but does not hold again what a newer view
+    /// showed merged.
+    merged: HashMap<uuid::Uuid, u64>,
 }
 
 /// The unmerged generations a handle holds in memory, by shard and
@@ -279,21 +284,29 @@ impl HeldGenerations {
                 return Ok(None);
             }
             held.refused.clear();
-            // Drop what this view shows merged (at or below its shard's
-            // marker); a read on an older view leaves newer ones alone.
-            let merged: HashMap<uuid::Uuid, u64> = view
-                .shards
-                .iter()
-                .map(|s| (s.snapshot.shard_id, s.merged_up_to))
-                .collect();
+            // Drop what this view, or a newer one, showed merged (at or
+            // below its shard's marker).
             let Held {
-                entries, written, ..
+                entries,
+                written,
+                merged,
+                ..
             } = &mut *held;
-            entries.retain(|_, e| merged.get(&e.shard).is_none_or(|&m| e.generation > m));
-            written.retain(|w| merged.get(&w.shard).is_none_or(|&m| w.generation > m));
+            for s in &view.shards {
+                let m = merged.entry(s.snapshot.shard_id).or_insert(s.merged_up_to);
+                *m = (*m).max(s.merged_up_to);
+            }
+            let is_merged = |shard: &uuid::Uuid, g: u64| merged.get(shard).is_some_and(|&m| g <= m);
+            entries.retain(|_, e| !is_merged(&e.shard, e.generation));
+            written.retain(|w| !is_merged(&w.shard, w.generation));
             listed
                 .iter()
                 .map(|(i, shard, generation, dir, name)| {
+                    // An older view lists it, a newer one showed it merged:
+                    // read for this read alone, not held.
+                    if is_merged(shard, *generation) {
+                        return Slot::default();
+                    }
                     let entry = entries.entry(name.clone()).or_insert_with(|| Entry {
                         shard: *shard,
                         generation: *generation,

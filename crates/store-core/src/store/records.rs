@@ -78,6 +78,13 @@ pub struct UpsertOutcome {
     pub replaced_id: Option<String>,
 }
 
+/// An upsert checked, not written: see [`Store::plan_upsert`].
+struct UpsertPlan {
+    rows: RecordBatch,
+    visible: RecordBatch,
+    outcomes: Vec<UpsertOutcome>,
+}
+
 /// Which record a patch targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatchTarget {
@@ -555,9 +562,32 @@ impl Store {
     /// Insert or replace records by their secondary key (see the module docs).
     /// Returns what happened to each row, in input order.
     pub async fn upsert(&self, batch: &RecordBatch) -> Result<Vec<UpsertOutcome>> {
+        let _guard = self.record_lock.lock().await;
+        let plan = self.plan_upsert(batch, true).await?;
+        let rows = self
+            .with_backlinks_from(plan.rows, Some(&plan.visible))
+            .await?;
+        self.write_linked(rows).await?;
+        Ok(plan.outcomes)
+    }
+
+    /// What [`Self::upsert`] of `batch` would do now, checked as it checks
+    /// (the batch conforms, every row has a secondary key, the keys are new
+    /// and unrepeated, each secondary key names at most one visible record
+    /// and is not held by hidden ones only); nothing is written. The
+    /// records replaced are read by key alone, not whole: this is the read
+    /// every upsert makes before its write, whatever it writes.
+    pub async fn check_upsert(&self, batch: &RecordBatch) -> Result<Vec<UpsertOutcome>> {
+        let _guard = self.record_lock.lock().await;
+        Ok(self.plan_upsert(batch, false).await?.outcomes)
+    }
+
+    /// The checks and reads of an upsert (the caller holds the record lock):
+    /// the rows to write, with `supersedes_id` set, and the visible records
+    /// they replace — whole with `whole_rows`, else key and secondary key.
+    async fn plan_upsert(&self, batch: &RecordBatch, whole_rows: bool) -> Result<UpsertPlan> {
         self.need("supersession", self.capabilities.supersession)?;
         let column = self.secondary_key()?.to_string();
-        let _guard = self.record_lock.lock().await;
         let conformed = self.schemas.conform_for_write(batch)?;
         let keys = strings(&conformed, &column);
         if let Some(row) = keys
@@ -586,12 +616,12 @@ impl Store {
         }
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         // Two independent reads: the new ids are unique, and the records
-        // each key names now, whole: they are the versions this batch
-        // supersedes, rewritten with their back-link. (The reported problem
-        // is the same as checking one after the other: ids first.)
+        // each key names now (whole for a write: they are the versions this
+        // batch supersedes, rewritten with their back-link). The reported
+        // problem is the same as checking one after the other: ids first.
         let (checked, visible) = futures::join!(
             self.check_new_records(&conformed, false),
-            self.rows_where(&column, &refs, Visibility::default(), true),
+            self.rows_where(&column, &refs, Visibility::default(), whole_rows),
         );
         checked?;
         if let Some(problem) = repeated {
@@ -670,10 +700,11 @@ impl Store {
         if let Ok(i) = schema.index_of(SUPERSEDED_BY) {
             columns[i] = new_null_array(schema.field(i).data_type(), conformed.num_rows());
         }
-        let rows = RecordBatch::try_new(schema, columns)?;
-        let rows = self.with_backlinks_from(rows, Some(&visible)).await?;
-        self.write_linked(rows).await?;
-        Ok(outcomes)
+        Ok(UpsertPlan {
+            rows: RecordBatch::try_new(schema, columns)?,
+            visible,
+            outcomes,
+        })
     }
 
     /// `batch` (conformed) followed by the records its rows supersede,

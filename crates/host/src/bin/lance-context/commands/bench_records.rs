@@ -8,7 +8,9 @@
 //! figure is timed on both, interleaved, and reported with its ratio:
 //! `get` (p50/p95 of random keys), `count`, a selective filtered scan, and an
 //! upsert of 1,000 rows (an add of 1,000 rows on the plain store), of
-//! records clustered in the table and of records spread over it.
+//! records clustered in the table and of records spread over it; then the
+//! reads alone an upsert makes before writing (`Store::check_upsert`), and
+//! with a plain add's time the least an upsert can cost.
 //!
 //! Then two small stores run 100 add+merge rounds, one with the default
 //! retention and one keeping every version; the bytes on disk are compared
@@ -290,6 +292,7 @@ pub async fn run(
     // records clustered in the table, then records spread over it (each row
     // read is on a page of its own).
     let clustered = |n: usize| n * 7 % rows;
+    let mut plain_adds = Vec::new();
     let spread = |n: usize| (n * 7_919_191 + 12_345) % rows;
     for (prefix, row_of, label) in [
         (
@@ -316,7 +319,42 @@ pub async fn run(
         })
         .await?;
         line(label, p, r);
+        plain_adds.push(p);
     }
+    // What an upsert reads before it writes, whatever it writes: the same
+    // 1,000 clustered rows checked (ids new, the records the secondary keys
+    // name, by key alone), nothing written; against the plain add above.
+    // Checks plus a plain add's write is the least any upsert keeping its
+    // contract (outcomes, unique keys) can cost.
+    let mut checks = Vec::with_capacity(repeats);
+    for i in 0..repeats {
+        let b = batch(&format!("k{i}-"), 0, 1000)?;
+        let ext = Arc::new(StringArray::from_iter_values(
+            (0..1000).map(|j| format!("ext-r{:010}", clustered(i * 1000 + j))),
+        ));
+        let mut columns = b.columns().to_vec();
+        columns[1] = ext;
+        let b = RecordBatch::try_new(b.schema(), columns)?;
+        let t = Instant::now();
+        let outcomes = pair.records.check_upsert(&b).await?;
+        checks.push(t.elapsed());
+        ensure!(
+            outcomes.iter().all(|o| !o.inserted),
+            "check_upsert: every row names a stored record"
+        );
+    }
+    checks.sort();
+    let check = percentile(&checks, 0.5);
+    line(
+        "upsert checked, not written (the reads)",
+        plain_adds[0],
+        check,
+    );
+    line(
+        "upsert floor: the reads + a plain add",
+        plain_adds[0],
+        plain_adds[0] + check,
+    );
     // The upserts (and the plain adds) are left unmerged: lookups now go
     // through every unmerged generation too.
     let unmerged = pair.records.wal_status().await?.unmerged_generations;
