@@ -441,6 +441,47 @@ async fn unique_keys_reject_in_input_order_and_write_nothing() {
     store.close().await.unwrap();
 }
 
+/// The reads of one record write (are the ids new, the secondary keys;
+/// what the upserted keys name) run on one view: one state, one listing of
+/// the unmerged tier (before: one view each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_writes_reads_share_one_view() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    store
+        .add(&records(&[("a1", Some("ea"), "v1")], &[]))
+        .await
+        .unwrap();
+    store.merge().await.unwrap();
+    let views = |before: usize| store.views_taken() - before;
+    let before = store.views_taken();
+    store
+        .add(&records(&[("b1", Some("eb"), "b")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(views(before), 1, "an add's checks of two keys");
+    let before = store.views_taken();
+    store
+        .upsert(&records(
+            &[("a2", Some("ea"), "v2"), ("c1", Some("ec"), "c")],
+            &[],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(views(before), 1, "an upsert's reads");
+    let before = store.views_taken();
+    store
+        .check_upsert(&records(&[("a3", Some("ea"), "v3")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(views(before), 1, "check_upsert's reads");
+    assert_eq!(
+        visible(&store, Visibility::default()).await,
+        ["a2", "b1", "c1"]
+    );
+    store.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_upsert_reports_what_an_upsert_would_do_and_writes_nothing() {
     let (_dir, uri) = temp_uri();
@@ -459,6 +500,13 @@ async fn check_upsert_reports_what_an_upsert_would_do_and_writes_nothing() {
             .map(|o| (o.id.as_str(), o.inserted, o.replaced_id.as_deref()))
             .collect::<Vec<_>>(),
         [("a2", false, Some("a1")), ("b1", true, None)]
+    );
+    // A read-only handle can check too.
+    let reader = Store::open_read_only(caps_config(&uri)).await.unwrap();
+    assert_eq!(reader.check_upsert(&batch).await.unwrap(), checked);
+    assert!(
+        reader.upsert(&batch).await.is_err(),
+        "a read-only handle wrote"
     );
     // Nothing written: a1 is still the current version, a2 and b1 absent.
     assert_eq!(visible(&store, Visibility::default()).await, ["a1"]);

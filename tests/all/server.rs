@@ -234,7 +234,30 @@ async fn every_store_is_served_through_the_client() {
         )
         .await
         .unwrap();
-    assert!(up.outcomes[0].inserted);
+    assert!(up.outcomes[0].inserted && !up.dry_run);
+    // A dry run: the outcome of superseding u1, nothing written.
+    let next = [json!({"id": "u2", "external_id": "ext-1", "run_id": "run", "text_payload": "b"})];
+    let checked = c.check_upsert("mem", &next).await.unwrap();
+    assert!(checked.dry_run);
+    assert_eq!(
+        (
+            checked.outcomes[0].inserted,
+            checked.outcomes[0].replaced_id.as_deref()
+        ),
+        (false, Some("u1"))
+    );
+    assert!(
+        c.get("mem", "u2").await.unwrap().is_none(),
+        "a dry run wrote"
+    );
+    let u1 = c.get("mem", "u1").await.unwrap().unwrap();
+    assert!(u1["superseded_by_id"].is_null(), "a dry run superseded u1");
+    // Refused as the upsert would be: u1 is taken.
+    let taken = [json!({"id": "u1", "external_id": "ext-2", "run_id": "run", "text_payload": "b"})];
+    match c.check_upsert("mem", &taken).await {
+        Err(lance_context_client::ClientError::Api { status, .. }) => assert_eq!(status, 409),
+        other => panic!("{other:?}"),
+    }
     // A key that exists (a unique-keys schema): 409, naming the record.
     match c
         .add(

@@ -213,6 +213,22 @@ pub struct Upserted {
 pub struct UpsertResult {
     /// Per record, in input order.
     pub outcomes: Vec<Upserted>,
+    /// True when nothing was written (`?dry_run=true`): the outcomes are
+    /// what the upsert would do now.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `POST …/upsert` query parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct UpsertParams {
+    /// Check the records (the plugin's validate and transform, the
+    /// upsert's checks) and report the outcomes without writing anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
 }
 
 /// `PATCH …/records/{key}`: the new version.
@@ -664,6 +680,21 @@ impl Client {
     pub async fn upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
         self.send(self.http.post(self.store(name, "/upsert")).json(records))
             .await
+    }
+
+    /// What [`Self::upsert`] of `records` would do now, checked through the
+    /// plugin and the store, with nothing written (`?dry_run=true`).
+    pub async fn check_upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
+        let params = UpsertParams {
+            dry_run: Some(true),
+        };
+        self.send(
+            self.http
+                .post(self.store(name, "/upsert"))
+                .query(&params)
+                .json(records),
+        )
+        .await
     }
 
     /// Patch a record: a new version with these fields changed.

@@ -110,6 +110,17 @@ impl NamedStore {
         Ok(self.store.upsert(&ready).await?)
     }
 
+    /// What [`Self::upsert`] of `batch` would do now: the plugin validates
+    /// (and may transform) the records, the engine checks them as an upsert
+    /// does; nothing is written.
+    pub async fn check_upsert(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<Vec<UpsertOutcome>, PipelineError> {
+        let ready = pipeline::prepare(&self.plugin, batch, crate::now_micros()).await?;
+        Ok(self.store.check_upsert(&ready).await?)
+    }
+
     /// Patch a record as a new version under a fresh key: the engine builds
     /// the version, the plugin validates (and may transform) it, the engine
     /// writes it if the record is still current. `None` when no visible

@@ -154,6 +154,9 @@ pub(crate) struct Engine {
     /// What the merges of other shards' generations taken over at a claim
     /// did (`merged_up_to` unset: they are of other shards).
     pub taken_over: std::sync::Mutex<MergeStats>,
+    /// Views taken so far (tests: how many a write's checks take).
+    #[cfg(feature = "failpoints")]
+    pub views: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -207,6 +210,9 @@ impl Engine {
                 generations: self.generations.clone(),
             });
         }
+        #[cfg(feature = "failpoints")]
+        self.views
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut attempts = 0;
         loop {
             // The shard listing does not depend on the base version: it runs

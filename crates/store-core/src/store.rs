@@ -51,7 +51,25 @@ where
     F: Fn(ReadView) -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let view = engine.view().await?;
+    read_on_given_view(engine, None, pause, read).await
+}
+
+/// [`read_on_view`], reading first on `first` when given (a view the caller
+/// took for several reads that must see one state) instead of a new one.
+pub(crate) async fn read_on_given_view<T, F, Fut>(
+    engine: &Engine,
+    first: Option<ReadView>,
+    pause: Option<crate::merge::ReclaimHook>,
+    read: F,
+) -> Result<T>
+where
+    F: Fn(ReadView) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let view = match first {
+        Some(view) => view,
+        None => engine.view().await?,
+    };
     let version = view.dataset.version().version;
     if let Some(pause) = pause {
         pause().await;
@@ -255,6 +273,8 @@ impl Store {
             manifests: Default::default(),
             rules: (config.capabilities != RecordCapabilities::default()).then(|| rules.clone()),
             taken_over: Default::default(),
+            #[cfg(feature = "failpoints")]
+            views: Default::default(),
         });
         let background = match writable {
             true => {
@@ -478,6 +498,13 @@ impl Store {
             .fail_next_write
             .store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Read views this handle has taken so far (tests: how many the checks
+    /// of one write take).
+    #[cfg(feature = "failpoints")]
+    pub fn views_taken(&self) -> usize {
+        self.engine.views.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Make this store's next read await `pause` after taking its view and

@@ -13,7 +13,8 @@ use base64::Engine as _;
 use lance_context_client::{
     Added, CompactionReport, CreateStore, Deleted, Dropped, ErrorBody, GetMany, IndexRequest,
     Indexed, ListParams, MergeReport, Page, Patched, PluginInfo, QueryRequest, QueryResult,
-    Records, SearchRequest, StoreInfo, StoreList, StoreStatus, UpsertResult, Upserted,
+    Records, SearchRequest, StoreInfo, StoreList, StoreStatus, UpsertParams, UpsertResult,
+    Upserted,
 };
 use lance_context_store::{PatchTarget, ScanRequest, SortKey, VectorQuery};
 use serde_json::{Value, json};
@@ -835,20 +836,27 @@ fn needs(store: &OpenStore, capability: Capability, what: &str) -> Result<(), Ap
     .with_details(json!({"capability": capability.as_str()})))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/upsert", tag = "records", params(("name" = String, Path, description = "the store")), request_body(content = Vec<Object>, description = "records to insert or supersede by the secondary key"), responses((status = 200, body = UpsertResult), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/upsert", tag = "records", params(("name" = String, Path, description = "the store"), UpsertParams), request_body(content = Vec<Object>, description = "records to insert or supersede by the secondary key"), responses((status = 200, body = UpsertResult), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
 async fn upsert(
     State(state): State<Shared>,
     headers: HeaderMap,
     Path(name): Path<String>,
+    Query(params): Query<UpsertParams>,
     body: Body,
 ) -> Result<Json<UpsertResult>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
     let bytes = read_body(&state, body).await?;
+    let dry_run = params.dry_run.unwrap_or(false);
     let result = on_store(&state, &name, move |store| async move {
         needs(&store, Capability::Supersession, "upsert")?;
         let batch = batch_from_json(store.named.plugin(), &bytes, false)?;
-        let outcomes = store.named.upsert(&batch).await?;
+        let outcomes = if dry_run {
+            store.named.check_upsert(&batch).await?
+        } else {
+            store.named.upsert(&batch).await?
+        };
         Ok(UpsertResult {
+            dry_run,
             outcomes: outcomes
                 .into_iter()
                 .map(|o| Upserted {

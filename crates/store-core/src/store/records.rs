@@ -54,7 +54,7 @@ use lance::deps::datafusion::logical_expr::Expr;
 use super::Store;
 use crate::config::RecordCapabilities;
 use crate::error::{BatchProblem, Error, Result};
-use crate::read::{ScanRequest, Visibility};
+use crate::read::{ReadView, ScanRequest, Visibility};
 
 /// The reserved `content_type` of a tombstone row.
 pub use lance_context_spec::TOMBSTONE_CONTENT_TYPE;
@@ -247,6 +247,20 @@ impl Store {
         visibility: Visibility,
         whole_rows: bool,
     ) -> Result<RecordBatch> {
+        self.rows_where_in(None, column, values, visibility, whole_rows)
+            .await
+    }
+
+    /// [`Self::rows_where`], read on `view` when given (the reads of one
+    /// record write share a view: one state, and one listing of the tier).
+    async fn rows_where_in(
+        &self,
+        view: Option<&ReadView>,
+        column: &str,
+        values: &[&str],
+        visibility: Visibility,
+        whole_rows: bool,
+    ) -> Result<RecordBatch> {
         let mut request = ScanRequest::new().visibility(visibility);
         if !whole_rows {
             let mut columns = vec![self.schemas.key.as_str()];
@@ -267,7 +281,7 @@ impl Store {
             None => self.schemas.readable_columns(),
         };
         let held = self
-            .held_rows(column, values, request.visibility, &stored)
+            .held_rows(view, column, values, request.visibility, &stored)
             .await?;
         match held {
             Some(rows) => self.schemas.conform_for_read(&rows, projection.as_deref()),
@@ -289,7 +303,9 @@ impl Store {
         visibility: Visibility,
     ) -> Result<Option<RecordBatch>> {
         let stored = self.schemas.readable_columns();
-        let held = self.held_rows(column, values, visibility, &stored).await?;
+        let held = self
+            .held_rows(None, column, values, visibility, &stored)
+            .await?;
         held.map(|rows| self.schemas.conform_for_read(&rows, None))
             .transpose()
     }
@@ -328,6 +344,7 @@ impl Store {
     /// the secondary keys name) run on two cores, not by turns on one.
     async fn held_rows(
         &self,
+        view: Option<&ReadView>,
         column: &str,
         values: &[&str],
         visibility: Visibility,
@@ -340,11 +357,12 @@ impl Store {
         let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
         let stored = stored.to_vec();
         let pause = self.take_read_pause();
+        let first = view.cloned();
         let read = tokio::spawn(async move {
             let values: Vec<&str> = values.iter().map(String::as_str).collect();
             let (engine, schemas) = (&engine, &schemas);
             let (column, values, hide, stored) = (&column, &values, hide.as_ref(), &stored);
-            super::read_on_view(engine, pause, |view| async move {
+            super::read_on_given_view(engine, first, pause, |view| async move {
                 let read = crate::read::KeyedRead {
                     column,
                     values,
@@ -417,6 +435,18 @@ impl Store {
         batch: &RecordBatch,
         check_secondary: bool,
     ) -> Result<()> {
+        self.check_new_records_in(None, batch, check_secondary)
+            .await
+    }
+
+    /// [`Self::check_new_records`], its reads on `view` when given, else on
+    /// one view they share.
+    async fn check_new_records_in(
+        &self,
+        view: Option<&ReadView>,
+        batch: &RecordBatch,
+        check_secondary: bool,
+    ) -> Result<()> {
         let caps = &self.capabilities;
         if caps.tombstones
             && let Some(row) = strings(batch, CONTENT_TYPE)
@@ -458,12 +488,16 @@ impl Store {
             }
             firsts.push(first);
         }
-        // The columns' reads run together.
+        // The columns' reads run together, on one view.
         let wanted: Vec<Vec<&str>> = firsts.iter().map(|f| f.keys().copied().collect()).collect();
-        let reads = columns
-            .iter()
-            .zip(&wanted)
-            .map(|(column, wanted)| self.rows_where(column, wanted, undeleted(), false));
+        let shared = match view {
+            Some(view) => Some(view.clone()),
+            None if columns.len() > 1 => Some(self.engine.view().await?),
+            None => None,
+        };
+        let reads = columns.iter().zip(&wanted).map(|(column, wanted)| {
+            self.rows_where_in(shared.as_ref(), column, wanted, undeleted(), false)
+        });
         let helds = futures::future::try_join_all(reads).await?;
         for (((column, values), first), held) in
             columns.iter().zip(&values).zip(&firsts).zip(&helds)
@@ -574,9 +608,12 @@ impl Store {
     /// What [`Self::upsert`] of `batch` would do now, checked as it checks
     /// (the batch conforms, every row has a secondary key, the keys are new
     /// and unrepeated, each secondary key names at most one visible record
-    /// and is not held by hidden ones only); nothing is written. The
-    /// records replaced are read by key alone, not whole: this is the read
-    /// every upsert makes before its write, whatever it writes.
+    /// and is not held by hidden ones only); nothing is written. What only
+    /// a write can refuse is not checked: a read-only handle (which may run
+    /// this check), backpressure (`Busy`), a fence. The records replaced are
+    /// read by key and secondary key alone, where `upsert` reads them whole
+    /// to rewrite them: these are the least reads any upsert must make
+    /// before writing.
     pub async fn check_upsert(&self, batch: &RecordBatch) -> Result<Vec<UpsertOutcome>> {
         let _guard = self.record_lock.lock().await;
         Ok(self.plan_upsert(batch, false).await?.outcomes)
@@ -619,9 +656,12 @@ impl Store {
         // each key names now (whole for a write: they are the versions this
         // batch supersedes, rewritten with their back-link). The reported
         // problem is the same as checking one after the other: ids first.
+        // Both on one view: one state, and one listing of the tier.
+        let view = self.engine.view().await?;
+        let view = Some(&view);
         let (checked, visible) = futures::join!(
-            self.check_new_records(&conformed, false),
-            self.rows_where(&column, &refs, Visibility::default(), whole_rows),
+            self.check_new_records_in(view, &conformed, false),
+            self.rows_where_in(view, &column, &refs, Visibility::default(), whole_rows),
         );
         checked?;
         if let Some(problem) = repeated {
@@ -645,7 +685,7 @@ impl Store {
             .filter(|k| !current.contains_key(*k))
             .collect();
         let held = self
-            .rows_where(&column, &unnamed, undeleted(), false)
+            .rows_where_in(view, &column, &unnamed, undeleted(), false)
             .await?;
         let held_keys: HashSet<String> = strings(&held, &column).into_iter().flatten().collect();
         let ids = strings(&conformed, &self.schemas.key);
