@@ -42,21 +42,10 @@ pub use lance_context_spec::PRIMARY_KEY_METADATA;
 /// [`Store::on_view`] on `engine`'s views, awaiting `pause` (failpoints)
 /// between taking the first view and reading: a function of the engine
 /// alone, so a read can run on a task of its own.
+///
+/// The first read is on `first` when given (a view the caller took for
+/// several reads that must see one state), else on a new view.
 pub(crate) async fn read_on_view<T, F, Fut>(
-    engine: &Engine,
-    pause: Option<crate::merge::ReclaimHook>,
-    read: F,
-) -> Result<T>
-where
-    F: Fn(ReadView) -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    read_on_given_view(engine, None, pause, read).await
-}
-
-/// [`read_on_view`], reading first on `first` when given (a view the caller
-/// took for several reads that must see one state) instead of a new one.
-pub(crate) async fn read_on_given_view<T, F, Fut>(
     engine: &Engine,
     first: Option<ReadView>,
     pause: Option<crate::merge::ReclaimHook>,
@@ -737,7 +726,7 @@ impl Store {
         F: Fn(ReadView) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        read_on_view(&self.engine, self.take_read_pause(), read).await
+        read_on_view(&self.engine, None, self.take_read_pause(), read).await
     }
 
     /// The pause the next read awaits (failpoints), taken.

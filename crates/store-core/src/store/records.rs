@@ -362,7 +362,7 @@ impl Store {
             let values: Vec<&str> = values.iter().map(String::as_str).collect();
             let (engine, schemas) = (&engine, &schemas);
             let (column, values, hide, stored) = (&column, &values, hide.as_ref(), &stored);
-            super::read_on_given_view(engine, first, pause, |view| async move {
+            super::read_on_view(engine, first, pause, |view| async move {
                 let read = crate::read::KeyedRead {
                     column,
                     values,
