@@ -1996,14 +1996,7 @@ async fn a_read_on_an_older_view_does_not_hold_merged_generations() {
     }
     // Another handle: it holds nothing it did not read itself.
     let reader = Arc::new(Store::open_read_only(caps_config(&uri)).await.unwrap());
-    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    reader.pause_next_read(Box::new(move || {
-        Box::pin(async move {
-            let _ = paused_tx.send(());
-            let _ = go_rx.await;
-        })
-    }));
+    let (paused_rx, go_tx) = crate::support::pause_next_read(&reader);
     let slow = {
         let reader = reader.clone();
         tokio::spawn(async move {

@@ -117,6 +117,25 @@ pub fn ids(batch: &RecordBatch) -> Vec<String> {
     ids
 }
 
+/// Pause `store`'s next read after it takes its view: the first channel
+/// says it is paused, a send on the second lets it go on.
+pub fn pause_next_read(
+    store: &Store,
+) -> (
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    store.pause_next_read(Box::new(move || {
+        Box::pin(async move {
+            let _ = paused_tx.send(());
+            let _ = go_rx.await;
+        })
+    }));
+    (paused_rx, go_tx)
+}
+
 /// A temp dir and its dataset URI.
 pub fn temp_uri() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();

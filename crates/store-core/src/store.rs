@@ -348,7 +348,7 @@ impl Store {
         if caps.tombstones || caps.unique_keys || caps.supersession {
             let _guard = self.record_lock.lock().await;
             let conformed = self.schemas.conform_for_write(batch)?;
-            self.check_new_records(&conformed, true).await?;
+            self.check_new_records(None, &conformed, true).await?;
             let rows = conformed.num_rows();
             let linked = self.with_backlinks(conformed).await?;
             self.write_linked(linked).await?;

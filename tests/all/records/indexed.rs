@@ -501,14 +501,7 @@ async fn read_paused_across_merge_and_compaction() {
     }
     let ids = ["a1", "a2", "b3", "b4"];
     let old = brute(&uri, "id", &ids).await;
-    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    store.pause_next_read(Box::new(move || {
-        Box::pin(async move {
-            let _ = paused_tx.send(());
-            let _ = go_rx.await;
-        })
-    }));
+    let (paused_rx, go_tx) = crate::support::pause_next_read(&store);
     let reader = {
         let store = store.clone();
         tokio::spawn(async move { store.get_many(&ids).await })

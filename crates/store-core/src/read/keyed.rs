@@ -293,7 +293,7 @@ impl HeldGenerations {
                 ..
             } = &mut *held;
             for s in &view.shards {
-                let m = merged.entry(s.snapshot.shard_id).or_insert(s.merged_up_to);
+                let m = merged.entry(s.snapshot.shard_id).or_default();
                 *m = (*m).max(s.merged_up_to);
             }
             let is_merged = |shard: &uuid::Uuid, g: u64| merged.get(shard).is_some_and(|&m| g <= m);

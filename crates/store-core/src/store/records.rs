@@ -239,21 +239,10 @@ impl Store {
     }
 
     /// Rows whose `column` is one of `values`, under `visibility`: the key
-    /// and `column` only, or every column with `whole_rows`.
+    /// and `column` only, or every column with `whole_rows`. Read on `view`
+    /// when given (the reads of one record write share a view: one state,
+    /// and one listing of the tier), else on a new one.
     async fn rows_where(
-        &self,
-        column: &str,
-        values: &[&str],
-        visibility: Visibility,
-        whole_rows: bool,
-    ) -> Result<RecordBatch> {
-        self.rows_where_in(None, column, values, visibility, whole_rows)
-            .await
-    }
-
-    /// [`Self::rows_where`], read on `view` when given (the reads of one
-    /// record write share a view: one state, and one listing of the tier).
-    async fn rows_where_in(
         &self,
         view: Option<&ReadView>,
         column: &str,
@@ -430,18 +419,8 @@ impl Store {
     /// The checks on rows about to become new records: the tombstone value
     /// refused; with unique keys, repeats in the batch and keys already held
     /// by non-tombstone rows refused (`check_secondary`: the secondary key too).
+    /// Its reads run on `view` when given, else on one view they share.
     pub(crate) async fn check_new_records(
-        &self,
-        batch: &RecordBatch,
-        check_secondary: bool,
-    ) -> Result<()> {
-        self.check_new_records_in(None, batch, check_secondary)
-            .await
-    }
-
-    /// [`Self::check_new_records`], its reads on `view` when given, else on
-    /// one view they share.
-    async fn check_new_records_in(
         &self,
         view: Option<&ReadView>,
         batch: &RecordBatch,
@@ -490,14 +469,18 @@ impl Store {
         }
         // The columns' reads run together, on one view.
         let wanted: Vec<Vec<&str>> = firsts.iter().map(|f| f.keys().copied().collect()).collect();
-        let shared = match view {
-            Some(view) => Some(view.clone()),
-            None if columns.len() > 1 => Some(self.engine.view().await?),
-            None => None,
+        let taken;
+        let view = match view {
+            None if columns.len() > 1 => {
+                taken = self.engine.view().await?;
+                Some(&taken)
+            }
+            given => given,
         };
-        let reads = columns.iter().zip(&wanted).map(|(column, wanted)| {
-            self.rows_where_in(shared.as_ref(), column, wanted, undeleted(), false)
-        });
+        let reads = columns
+            .iter()
+            .zip(&wanted)
+            .map(|(column, wanted)| self.rows_where(view, column, wanted, undeleted(), false));
         let helds = futures::future::try_join_all(reads).await?;
         for (((column, values), first), held) in
             columns.iter().zip(&values).zip(&firsts).zip(&helds)
@@ -556,7 +539,9 @@ impl Store {
     async fn tombstone_where(&self, column: &str, values: &[&str]) -> Result<Vec<bool>> {
         self.need("tombstones", self.capabilities.tombstones)?;
         let _guard = self.record_lock.lock().await;
-        let found = self.rows_where(column, values, undeleted(), true).await?;
+        let found = self
+            .rows_where(None, column, values, undeleted(), true)
+            .await?;
         let held: HashSet<String> = strings(&found, column).into_iter().flatten().collect();
         let deleted: Vec<bool> = values.iter().map(|v| held.contains(*v)).collect();
         if found.num_rows() == 0 {
@@ -660,8 +645,8 @@ impl Store {
         let view = self.engine.view().await?;
         let view = Some(&view);
         let (checked, visible) = futures::join!(
-            self.check_new_records_in(view, &conformed, false),
-            self.rows_where_in(view, &column, &refs, Visibility::default(), whole_rows),
+            self.check_new_records(view, &conformed, false),
+            self.rows_where(view, &column, &refs, Visibility::default(), whole_rows),
         );
         checked?;
         if let Some(problem) = repeated {
@@ -685,7 +670,7 @@ impl Store {
             .filter(|k| !current.contains_key(*k))
             .collect();
         let held = self
-            .rows_where_in(view, &column, &unnamed, undeleted(), false)
+            .rows_where(view, &column, &unnamed, undeleted(), false)
             .await?;
         let held_keys: HashSet<String> = strings(&held, &column).into_iter().flatten().collect();
         let ids = strings(&conformed, &self.schemas.key);
@@ -935,7 +920,7 @@ impl Store {
             PatchTarget::SecondaryKey(k) => (self.secondary_key()?.to_string(), k.as_str()),
         };
         let found = self
-            .rows_where(&column, &[value], Visibility::default(), true)
+            .rows_where(None, &column, &[value], Visibility::default(), true)
             .await?;
         let old = match found.num_rows() {
             0 => return Ok(None),
@@ -989,7 +974,7 @@ impl Store {
     pub async fn add_new_versions(&self, batch: &RecordBatch) -> Result<()> {
         let _guard = self.record_lock.lock().await;
         let conformed = self.schemas.conform_for_write(batch)?;
-        self.check_new_records(&conformed, false).await?;
+        self.check_new_records(None, &conformed, false).await?;
         let rows = self.with_backlinks(conformed).await?;
         self.write_linked(rows).await?;
         Ok(())

@@ -70,6 +70,22 @@ fn batch(prefix: &str, start: usize, n: usize) -> Result<RecordBatch> {
     )?)
 }
 
+/// 1,000 rows with fresh keys (`prefix`) under the existing secondary keys of
+/// rows `row_of(first..first + 1000)`: new versions of those records.
+fn new_versions(
+    prefix: &str,
+    first: usize,
+    row_of: &dyn Fn(usize) -> usize,
+) -> Result<RecordBatch> {
+    let b = batch(prefix, 0, 1000)?;
+    let ext = Arc::new(StringArray::from_iter_values(
+        (0..1000).map(|j| format!("ext-r{:010}", row_of(first + j))),
+    ));
+    let mut columns = b.columns().to_vec();
+    columns[1] = ext;
+    Ok(RecordBatch::try_new(b.schema(), columns)?)
+}
+
 fn all_capabilities() -> RecordCapabilities {
     RecordCapabilities {
         tombstones: true,
@@ -301,13 +317,7 @@ pub async fn run(
     // contract (outcomes, unique keys) can cost.
     let mut checks = Vec::with_capacity(repeats);
     for i in 0..repeats {
-        let b = batch(&format!("k{i}-"), 0, 1000)?;
-        let ext = Arc::new(StringArray::from_iter_values(
-            (0..1000).map(|j| format!("ext-r{:010}", clustered(i * 1000 + j))),
-        ));
-        let mut columns = b.columns().to_vec();
-        columns[1] = ext;
-        let b = RecordBatch::try_new(b.schema(), columns)?;
+        let b = new_versions(&format!("k{i}-"), i * 1000, &clustered)?;
         let t = Instant::now();
         let outcomes = pair.records.check_upsert(&b).await?;
         checks.push(t.elapsed());
@@ -328,13 +338,7 @@ pub async fn run(
         ("s", &spread, "upsert of 1,000 rows spread over the table"),
     ] {
         let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
-            let b = batch(&format!("{prefix}{i}-{}", caps as u8), 0, 1000)?;
-            let ext = Arc::new(StringArray::from_iter_values(
-                (0..1000).map(|j| format!("ext-r{:010}", row_of(i * 1000 + j))),
-            ));
-            let mut columns = b.columns().to_vec();
-            columns[1] = ext;
-            let b = RecordBatch::try_new(b.schema(), columns)?;
+            let b = new_versions(&format!("{prefix}{i}-{}", caps as u8), i * 1000, row_of)?;
             if caps {
                 s.upsert(&b).await?;
             } else {
