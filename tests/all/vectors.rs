@@ -210,6 +210,19 @@ async fn check(metric: Metric, kind: VectorIndexKind) {
         index.covers_all_rows,
         "kept usable after compaction: {stats:?}"
     );
+    // Remapped to the rows' new places: no fragment-reuse history is left
+    // for every later handle to load.
+    let fri = lance::Dataset::open(&uri)
+        .await
+        .unwrap()
+        .frag_reuse_index()
+        .await
+        .unwrap();
+    assert_eq!(
+        fri.map_or(0, |f| f.details.versions.len()),
+        0,
+        "{metric:?} {kind:?}: the fragment-reuse history is trimmed"
+    );
     for q in &queries {
         let got = result_ids(&store.nearest(&search(q)).await.unwrap());
         assert_eq!(

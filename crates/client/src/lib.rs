@@ -399,6 +399,13 @@ pub struct CompactionReport {
     pub files_added: usize,
     /// Old versions removed by the retention policy.
     pub versions_removed: u64,
+    /// Indexes remapped to the rows' new places.
+    #[serde(default)]
+    pub indexes_remapped: usize,
+    /// Versions of the fragment-reuse history left: 0 once every index is
+    /// remapped (more: an index could not be; the next compaction retries).
+    #[serde(default)]
+    pub fragment_reuse_versions: usize,
     /// How long it took.
     pub seconds: f64,
 }

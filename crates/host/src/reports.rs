@@ -65,6 +65,8 @@ pub fn compaction_report(stats: &CompactionStats, seconds: f64) -> CompactionRep
         files_removed: stats.files_removed,
         files_added: stats.files_added,
         versions_removed: stats.versions_removed,
+        indexes_remapped: stats.indexes_remapped,
+        fragment_reuse_versions: stats.fragment_reuse_versions,
         seconds,
     }
 }

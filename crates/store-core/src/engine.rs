@@ -62,6 +62,15 @@ pub struct CompactionStats {
     pub files_added: usize,
     /// Old versions removed by the retention policy afterwards.
     pub versions_removed: u64,
+    /// Indexes remapped to the rows' new places (Lance compacts with the
+    /// index remap deferred; see [`Engine::compact`]).
+    pub indexes_remapped: usize,
+    /// Versions of the fragment-reuse history left after the remap: 0 once
+    /// every index is remapped. More means an index could not be (the
+    /// reason is logged): reads stay right, and every new handle rebuilds
+    /// the row-address map of the rows those versions moved; the next
+    /// compaction tries again.
+    pub fragment_reuse_versions: usize,
 }
 
 /// One index, as operators see it.
@@ -446,6 +455,7 @@ impl Engine {
         {
             rules.carry_rewrite(&before, &dataset).await;
         }
+        let (indexes_remapped, fragment_reuse_versions) = remap_indexes(&mut dataset).await;
         self.publish(Arc::new(dataset)).await;
         self.refresh_indexes().await?;
         *self
@@ -457,6 +467,8 @@ impl Engine {
         let versions_removed = self.retain(false).await?;
         Ok(CompactionStats {
             versions_removed,
+            indexes_remapped,
+            fragment_reuse_versions,
             fragments_removed: metrics.fragments_removed,
             fragments_added: metrics.fragments_added,
             files_removed: metrics.files_removed,
@@ -713,6 +725,72 @@ impl Engine {
 }
 
 /// Whether any user index has more than one segment.
+/// After a compaction (Lance's, with the index remap deferred: the MemWAL
+/// index cannot be remapped inline): remap every user index to the rows'
+/// new places, then trim the fragment-reuse history no index needs any
+/// more. Left in place, that history made every new handle rebuild a
+/// row-address map of every row any compaction had moved (5 ms per new
+/// handle at 1M rows after one compaction, more after each further one),
+/// and every indexed read translate old addresses through it.
+///
+/// Best effort: the compaction has committed, and reads stay right through
+/// the history; a failure is logged and the history's size reported. It
+/// also catches up what an earlier compaction left (a store compacted by an
+/// older build, a remap that lost a race). Returns the indexes remapped and
+/// the history's versions left.
+async fn remap_indexes(dataset: &mut Dataset) -> (usize, usize) {
+    let versions = async |dataset: &Dataset| match dataset.frag_reuse_index().await {
+        Ok(fri) => fri.map_or(0, |f| f.details.versions.len()),
+        Err(e) => {
+            tracing::warn!("reading the fragment-reuse history: {e}");
+            0
+        }
+    };
+    if versions(dataset).await == 0 {
+        return (0, 0);
+    }
+    let indices = match dataset.load_indices().await {
+        Ok(indices) => indices,
+        Err(e) => {
+            tracing::warn!("listing indexes to remap after a compaction: {e}");
+            return (0, versions(dataset).await);
+        }
+    };
+    let mut named: Vec<(String, String)> = Vec::new();
+    for index in indices.iter() {
+        if lance_table::system_index::is_system_index(index)
+            || named.iter().any(|(n, _)| *n == index.name)
+        {
+            continue;
+        }
+        let column = match index.fields.as_slice() {
+            [field] => dataset.schema().field_path(*field),
+            _ => continue,
+        };
+        match column {
+            Ok(column) => named.push((index.name.clone(), column)),
+            Err(e) => tracing::warn!("the column of index {}: {e}", index.name),
+        }
+    }
+    let mut remapped = 0;
+    for (name, column) in named {
+        match lance::dataset::optimize::remapping::remap_column_index(
+            dataset,
+            &[column.as_str()],
+            Some(name.clone()),
+        )
+        .await
+        {
+            Ok(()) => remapped += 1,
+            Err(e) => tracing::warn!("remapping index {name} after a compaction: {e}"),
+        }
+    }
+    if let Err(e) = lance::dataset::index::frag_reuse::cleanup_frag_reuse_index(dataset).await {
+        tracing::warn!("trimming the fragment-reuse history: {e}");
+    }
+    (remapped, versions(dataset).await)
+}
+
 async fn has_delta_segments(dataset: &Dataset) -> Result<bool> {
     let indices = dataset.load_indices().await.ctx("listing indexes")?;
     let mut seen = std::collections::HashSet::new();

@@ -546,8 +546,10 @@ impl Store {
     }
 
     /// Compact the base table's fragments (Lance compaction, index remap
-    /// deferred), then re-ensure the indexes. A concurrent request gets
-    /// [`Error::CompactionInProgress`].
+    /// deferred), remap every index to the rows' new places and trim the
+    /// fragment-reuse history the compaction left (see
+    /// [`CompactionStats::fragment_reuse_versions`]), then re-ensure the
+    /// indexes. A concurrent request gets [`Error::CompactionInProgress`].
     pub async fn compact(&self) -> Result<CompactionStats> {
         self.engine.compact().await
     }

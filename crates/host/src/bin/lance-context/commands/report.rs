@@ -74,15 +74,25 @@ pub fn merge(out: &Out, stats: &MergeStats, seconds: f64) -> Result<()> {
 pub fn compaction(out: &Out, stats: &CompactionStats, seconds: f64) -> Result<()> {
     let c = lance_context_host::compaction_report(stats, seconds);
     out.item(&c, || {
-        format!(
-            "compacted ({:.2} s): {} fragment(s) removed, {} added; {} file(s) removed, {} added; {} old version(s) removed",
+        let mut line = format!(
+            "compacted ({:.2} s): {} fragment(s) removed, {} added; {} file(s) removed, {} added; \
+             {} index(es) remapped; {} old version(s) removed",
             c.seconds,
             c.fragments_removed,
             c.fragments_added,
             c.files_removed,
             c.files_added,
+            c.indexes_remapped,
             c.versions_removed
-        )
+        );
+        if c.fragment_reuse_versions > 0 {
+            line.push_str(&format!(
+                "; {} fragment-reuse version(s) left: an index could not be remapped \
+                 (reads stay right; the next compaction retries)",
+                c.fragment_reuse_versions
+            ));
+        }
+        line
     })
 }
 
