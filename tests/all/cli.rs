@@ -1444,3 +1444,112 @@ fn json_values_are_not_coerced() {
     let (code, _, err) = cli(root, &["store", "add", "typed", "-"], good);
     assert_eq!(code, 0, "{err}");
 }
+
+/// What the engine and the host report without failing a command reaches
+/// stderr: as text, as `{"log": …}` JSON lines with `--json` (every stderr
+/// line parses), not at all with `LANCE_CONTEXT_LOG=off`; a filter that does
+/// not parse is said so and the default used. The report: a compile cache
+/// entry that fails verification (recompiled, the command succeeds).
+#[test]
+fn warnings_reach_stderr_as_text_or_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cache = root.join("cache");
+    let run = |args: &[&str], log: Option<&str>| -> (i32, String, String) {
+        let mut command = std::process::Command::new(crate::support::cli_binary());
+        command
+            .args(args)
+            .env("LANCE_CONTEXT_CACHE_DIR", &cache)
+            .env_remove("LANCE_CONTEXT_LOG")
+            .current_dir(root);
+        if let Some(log) = log {
+            command.env("LANCE_CONTEXT_LOG", log);
+        }
+        let out = command.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The plugin compiled into the private cache, then each entry spoiled.
+    let (code, _, err) = run(
+        &[
+            "--json",
+            "store",
+            "create",
+            "ctx",
+            "--plugin",
+            "context",
+            "--param",
+            "embedding_dim=4",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "nothing to report: {err}");
+    let spoil = || {
+        let mut spoiled = 0;
+        for entry in std::fs::read_dir(&cache).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "cwasm") {
+                let mut bytes = std::fs::read(&path).unwrap();
+                bytes[0] ^= 0xff;
+                std::fs::write(&path, bytes).unwrap();
+                spoiled += 1;
+            }
+        }
+        assert!(spoiled > 0, "the plugin was cached");
+    };
+
+    spoil();
+    let (code, _, err) = run(&["store", "count", "ctx"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("WARN") && err.contains("compile cache entry failed verification"),
+        "{err}"
+    );
+
+    spoil();
+    let (code, out, err) = run(&["--json", "store", "count", "ctx"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"count\""), "{out}");
+    let lines: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let warning = lines
+        .iter()
+        .find(|l| l["log"]["level"] == "WARN")
+        .unwrap_or_else(|| panic!("no warning: {err}"));
+    assert_eq!(
+        warning["log"]["message"], "compile cache entry failed verification; recompiling",
+        "{warning}"
+    );
+    assert!(
+        warning["log"]["target"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("lance_context_host")),
+        "{warning}"
+    );
+    assert!(
+        warning["log"]["fields"]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with(".cwasm")),
+        "{warning}"
+    );
+
+    spoil();
+    let (code, _, err) = run(&["store", "count", "ctx"], Some("off"));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "logging off: {err}");
+
+    spoil();
+    let (code, _, err) = run(&["store", "count", "ctx"], Some("lance_context=loud"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("LANCE_CONTEXT_LOG=\"lance_context=loud\" is not a log filter")
+            && err.contains("compile cache entry failed verification"),
+        "the default filter is used: {err}"
+    );
+}

@@ -13,6 +13,7 @@ mod args;
 mod commands;
 mod exit;
 mod input;
+mod logging;
 mod output;
 
 use std::process::ExitCode;
@@ -77,6 +78,7 @@ fn main() -> ExitCode {
     restore_sigpipe();
     let cli = Cli::parse();
     let out = Out::new(cli.json);
+    logging::init(out.json_errors);
     // Lance's futures are deep; 8 MiB per worker as for the main thread.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

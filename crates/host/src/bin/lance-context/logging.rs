@@ -1,0 +1,103 @@
+//! Log lines on stderr: what the engine and the host report without failing
+//! the command — a background merge that failed, a WAL write reclaimed and
+//! retried, an index that could not be remapped after a compaction, a
+//! compile cache entry that failed verification, connections cut at a
+//! server's shutdown.
+//!
+//! `LANCE_CONTEXT_LOG` chooses what is shown, in the `RUST_LOG` syntax of
+//! `tracing-subscriber`'s `EnvFilter` (`warn`, `lance_context=debug`,
+//! `off`, …); [`DEFAULT`] when unset or empty. With `--json`, each log line
+//! is a JSON object `{"log": {...}}` on stderr, as an error is
+//! `{"error": {...}}`: every stderr line parses.
+
+use std::io::{IsTerminal, Write};
+
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The variable that sets the filter.
+pub const VARIABLE: &str = "LANCE_CONTEXT_LOG";
+
+/// Warnings and errors of lance-context itself (the engine, the host, the
+/// CLI); errors only from the libraries under it (Lance, DataFusion,
+/// wasmtime), whose warnings are about their own internals.
+pub const DEFAULT: &str = "error,lance_context=warn";
+
+/// Install the stderr logger: JSON lines with `json`, else text.
+pub fn init(json: bool) {
+    let (filter, refused) = match std::env::var(VARIABLE) {
+        Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
+            Ok(filter) => (filter, None),
+            Err(e) => (EnvFilter::new(DEFAULT), Some((spec, e.to_string()))),
+        },
+        _ => (EnvFilter::new(DEFAULT), None),
+    };
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+    });
+    let lines = json.then_some(JsonLines);
+    // Another logger already installed (not the case in the binary) keeps
+    // its place.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(text)
+        .with(lines)
+        .try_init();
+    if let Some((spec, why)) = refused {
+        tracing::warn!("{VARIABLE}={spec:?} is not a log filter ({why}); using {DEFAULT:?}");
+    }
+}
+
+/// Log events as `{"log": {"level", "target", "message", "fields"}}` lines.
+struct JsonLines;
+
+impl<S: Subscriber> Layer<S> for JsonLines {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let mut fields = Fields(Map::new());
+        event.record(&mut fields);
+        let mut fields = fields.0;
+        let message = fields.remove("message").unwrap_or(Value::Null);
+        let meta = event.metadata();
+        let mut log = Map::new();
+        log.insert("level".into(), meta.level().as_str().into());
+        log.insert("target".into(), meta.target().into());
+        log.insert("message".into(), message);
+        if !fields.is_empty() {
+            log.insert("fields".into(), Value::Object(fields));
+        }
+        let line = serde_json::json!({ "log": log });
+        // One write per line, so lines from several threads do not mix.
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+}
+
+/// An event's fields as JSON values.
+struct Fields(Map<String, Value>);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .insert(field.name().into(), format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+}
