@@ -15,6 +15,7 @@ use std::io::{IsTerminal, Write};
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
+use tracing_log::NormalizeEvent;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
@@ -24,8 +25,11 @@ pub const VARIABLE: &str = "LANCE_CONTEXT_LOG";
 
 /// Warnings and errors of lance-context itself (the engine, the host, the
 /// CLI); errors only from the libraries under it (Lance, DataFusion,
-/// wasmtime), whose warnings are about their own internals.
-pub const DEFAULT: &str = "error,lance_context=warn";
+/// wasmtime), whose warnings are about their own internals. Less
+/// `lance::index`: Lance 14 logs an error for its own MemWAL index
+/// (`Index __lance_mem_wal has no fields`) each time it loads a scalar
+/// index, which is most reads; its real index errors are returned as errors.
+pub const DEFAULT: &str = "error,lance::index=off,lance_context=warn";
 
 /// Install the stderr logger: JSON lines with `json`, else text.
 pub fn init(json: bool) {
@@ -63,7 +67,11 @@ impl<S: Subscriber> Layer<S> for JsonLines {
         event.record(&mut fields);
         let mut fields = fields.0;
         let message = fields.remove("message").unwrap_or(Value::Null);
-        let meta = event.metadata();
+        // A record of the `log` crate (Lance logs through it) comes with its
+        // target, module, file and line as fields: its own metadata instead.
+        let normalized = event.normalized_metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
+        fields.retain(|name, _| !name.starts_with("log."));
         let mut log = Map::new();
         log.insert("level".into(), meta.level().as_str().into());
         log.insert("target".into(), meta.target().into());
