@@ -1459,7 +1459,9 @@ fn json_values_are_not_coerced() {
 fn warnings_reach_stderr_as_text_or_json_lines() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let cache = root.join("cache");
+    // A newline in the cache's path (quoted by the warning) must not forge
+    // a line of its own.
+    let cache = root.join("cache\nforged line");
     let run = |args: &[&str], log: Option<&str>| -> (i32, String, String) {
         let mut command = std::process::Command::new(crate::support::cli_binary());
         command
@@ -1513,6 +1515,10 @@ fn warnings_reach_stderr_as_text_or_json_lines() {
     assert!(
         err.contains("WARN") && err.contains("compile cache entry failed verification"),
         "{err}"
+    );
+    assert!(
+        err.contains("cache\\nforged line") && !err.lines().any(|l| l.starts_with("forged")),
+        "control characters escaped: {err}"
     );
 
     spoil();

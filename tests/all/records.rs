@@ -2475,10 +2475,20 @@ async fn a_compaction_leaves_no_fragment_reuse_history() {
 
         let stats = store.compact().await.unwrap();
         assert!(stats.fragments_removed > 1, "cycle {cycle}: {stats:?}");
+        // The key's index and the secondary key's, both over moved rows.
+        assert_eq!(stats.indexes_remapped, 2, "cycle {cycle}: {stats:?}");
+        assert_eq!(stats.fragment_reuse_versions, 0, "cycle {cycle}: {stats:?}");
         assert_eq!(
             fragment_reuse_versions(&uri).await,
             0,
             "cycle {cycle}: the fragment-reuse history is trimmed"
+        );
+        // Nothing left to move: nothing remapped.
+        let again = store.compact().await.unwrap();
+        assert_eq!(
+            (again.fragments_removed, again.indexes_remapped),
+            (0, 0),
+            "cycle {cycle}: {again:?}"
         );
         let fresh = Store::open_read_only(caps_config(&uri)).await.unwrap();
         for reader in [&store, &fresh] {

@@ -859,7 +859,14 @@ async fn the_cli_works_through_a_server() {
     )
     .await;
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("line 3"), "the input's line: {err}");
+    // With --json, stderr is one error object; its details name the input's
+    // line, as from a local store.
+    let e: Value = serde_json::from_str(err.trim()).expect("one JSON object on stderr");
+    assert_eq!(e["error"]["kind"], "rejected", "{e}");
+    assert_eq!(
+        e["error"]["details"]["row_errors"][0]["at"], "line 3",
+        "the input's line: {e}"
+    );
     let (code, out, err) = run(
         vec!["get".into(), "tickets".into(), "t03".into()],
         String::new(),
@@ -1025,4 +1032,50 @@ fn reqwest_like_get(url: &str, path: &str, authorization: &str) -> u16 {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
+}
+
+/// `lance-context --json serve`: every stderr line is one JSON object — the
+/// server's own notices (`{"log": {"level": "INFO", …}}`) and nothing from
+/// Lance's logging — through a store's creation, adds and keyed reads, up to
+/// the shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_json_every_stderr_line_of_the_server_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProc::start(dir.path(), &["--json"]);
+    let c = server.client();
+    c.create_store(&CreateStore::spec(
+        "tickets",
+        serde_json::from_str(TICKETS).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let records: Vec<Value> = (0..20)
+        .map(|i| json!({"id": format!("t{i}"), "team": "a", "n": i}))
+        .collect();
+    c.add("tickets", &records).await.unwrap();
+    c.merge("tickets").await.unwrap();
+    assert!(c.get("tickets", "t3").await.unwrap().is_some());
+    let stderr = server.child.stderr.take().unwrap();
+    assert!(server.terminate().success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut err).unwrap();
+    let lines: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let messages: Vec<&str> = lines
+        .iter()
+        .map(|l| l["log"]["message"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("no tokens configured"))
+            && messages.iter().any(|m| m.starts_with("stopped")),
+        "{err}"
+    );
+    assert!(
+        lines.iter().all(|l| l["log"]["level"] == "INFO"),
+        "nothing to warn of: {err}"
+    );
 }

@@ -399,11 +399,13 @@ pub struct CompactionReport {
     pub files_added: usize,
     /// Old versions removed by the retention policy.
     pub versions_removed: u64,
-    /// Indexes remapped to the rows' new places.
+    /// Indexes remapped to the rows' new places (rewritten by this
+    /// compaction; an index no moved row is in is left as it is).
     #[serde(default)]
     pub indexes_remapped: usize,
     /// Versions of the fragment-reuse history left: 0 once every index is
-    /// remapped (more: an index could not be; the next compaction retries).
+    /// remapped (more: an index was not remapped, or another compaction ran
+    /// meanwhile; the next compaction retries).
     #[serde(default)]
     pub fragment_reuse_versions: usize,
     /// How long it took.

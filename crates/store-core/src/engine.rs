@@ -66,10 +66,12 @@ pub struct CompactionStats {
     /// index remap deferred; see [`Engine::compact`]).
     pub indexes_remapped: usize,
     /// Versions of the fragment-reuse history left after the remap: 0 once
-    /// every index is remapped. More means an index could not be (the
-    /// reason is logged): reads stay right, and every new handle rebuilds
-    /// the row-address map of the rows those versions moved; the next
-    /// compaction tries again.
+    /// every index is remapped. More means an index was not remapped (the
+    /// engine logs why; Lance logs its own reasons, e.g. an index it cannot
+    /// open, under the `lance` target) or another compaction raced this
+    /// one: reads stay right, and every new handle rebuilds the row-address
+    /// map of the rows those versions moved; the next compaction tries
+    /// again.
     pub fragment_reuse_versions: usize,
 }
 
@@ -724,7 +726,6 @@ impl Engine {
     }
 }
 
-/// Whether any user index has more than one segment.
 /// After a compaction (Lance's, with the index remap deferred: the MemWAL
 /// index cannot be remapped inline): remap every user index to the rows'
 /// new places, then trim the fragment-reuse history no index needs any
@@ -772,6 +773,10 @@ async fn remap_indexes(dataset: &mut Dataset) -> (usize, usize) {
             Err(e) => tracing::warn!("the column of index {}: {e}", index.name),
         }
     }
+    // Lance returns Ok for an index it left as it was (already caught up,
+    // not covering the moved rows, or one it cannot open, which it drops):
+    // an index counts as remapped when a segment of it is new.
+    let before: std::collections::HashSet<uuid::Uuid> = indices.iter().map(|i| i.uuid).collect();
     let mut remapped = 0;
     for (name, column) in named {
         match lance::dataset::optimize::remapping::remap_column_index(
@@ -781,7 +786,14 @@ async fn remap_indexes(dataset: &mut Dataset) -> (usize, usize) {
         )
         .await
         {
-            Ok(()) => remapped += 1,
+            Ok(()) => match dataset.load_indices_by_name(&name).await {
+                Ok(segments) => {
+                    if segments.iter().any(|s| !before.contains(&s.uuid)) {
+                        remapped += 1;
+                    }
+                }
+                Err(e) => tracing::warn!("listing index {name} after its remap: {e}"),
+            },
             Err(e) => tracing::warn!("remapping index {name} after a compaction: {e}"),
         }
     }
@@ -791,6 +803,7 @@ async fn remap_indexes(dataset: &mut Dataset) -> (usize, usize) {
     (remapped, versions(dataset).await)
 }
 
+/// Whether any user index has more than one segment.
 async fn has_delta_segments(dataset: &Dataset) -> Result<bool> {
     let indices = dataset.load_indices().await.ctx("listing indexes")?;
     let mut seen = std::collections::HashSet::new();

@@ -10,7 +10,7 @@
 //! is a JSON object `{"log": {...}}` on stderr, as an error is
 //! `{"error": {...}}`: every stderr line parses.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
@@ -31,8 +31,12 @@ pub const VARIABLE: &str = "LANCE_CONTEXT_LOG";
 /// index, which is most reads; its real index errors are returned as errors.
 pub const DEFAULT: &str = "error,lance::index=off,lance_context=warn";
 
+/// Whether log lines are JSON (set once by [`init`]).
+static JSON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 /// Install the stderr logger: JSON lines with `json`, else text.
 pub fn init(json: bool) {
+    let _ = JSON.set(json);
     let (filter, refused) = match std::env::var(VARIABLE) {
         Ok(spec) if !spec.trim().is_empty() => match EnvFilter::try_new(&spec) {
             Ok(filter) => (filter, None),
@@ -42,8 +46,8 @@ pub fn init(json: bool) {
     };
     let text = (!json).then(|| {
         tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(|| Escaped(std::io::stderr()))
+            .with_ansi(false)
     });
     let lines = json.then_some(JsonLines);
     // Another logger already installed (not the case in the binary) keeps
@@ -55,6 +59,56 @@ pub fn init(json: bool) {
         .try_init();
     if let Some((spec, why)) = refused {
         tracing::warn!("{VARIABLE}={spec:?} is not a log filter ({why}); using {DEFAULT:?}");
+    }
+}
+
+/// A line for the operator on stderr that is not a warning (a server's
+/// "requests need a bearer token"): as it is, or with `--json` a log line
+/// `{"log": {"level": "INFO", …}}`, so that every stderr line parses. Shown
+/// whatever the filter: it is the command's own output.
+pub fn notice(message: &str) {
+    if JSON.get().copied().unwrap_or(false) {
+        let line = serde_json::json!({ "log": {
+            "level": "INFO",
+            "target": "lance_context",
+            "message": message,
+        }});
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    } else {
+        let _ = writeln!(std::io::stderr().lock(), "{message}");
+    }
+}
+
+/// A text log line's writer: each event is one write of one line; control
+/// characters inside it (a carriage return or newline in a message that
+/// quotes an error, which could forge or overwrite a line) are escaped as
+/// `\r`, `\n`, `\u{..}`. The line's own final newline is kept.
+struct Escaped<W>(W);
+
+impl<W: Write> Write for Escaped<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (body, end) = match text.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (text.as_ref(), ""),
+        };
+        let mut line = String::with_capacity(buf.len() + 8);
+        for c in body.chars() {
+            match c {
+                '\n' => line.push_str("\\n"),
+                '\r' => line.push_str("\\r"),
+                '\t' => line.push(c),
+                c if c.is_control() => line.push_str(&c.escape_unicode().to_string()),
+                c => line.push(c),
+            }
+        }
+        line.push_str(end);
+        self.0.write_all(line.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 

@@ -91,7 +91,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command, out)) {
+    let result = runtime.block_on(run(cli.command, out));
+    // Tasks still running (a writer's shutdown) may log: they end first, so
+    // that an error is the last line on stderr.
+    drop(runtime);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             let kind = exit::kind(&err);

@@ -95,26 +95,42 @@ pub async fn add(
                 .as_str()
                 .unwrap_or("the server refused the batch")
                 .to_string();
-            let details = &error["error"]["details"];
-            let listed = match details["row_errors"].as_array() {
-                Some(rows) => Some(("rejected", rows)),
-                None => details["input_errors"].as_array().map(|r| ("refused", r)),
+            let mut details = error["error"]["details"].clone();
+            let (verb, key) = if details["row_errors"].is_array() {
+                ("rejected", "row_errors")
+            } else {
+                ("refused", "input_errors")
             };
-            if let Some((verb, rows)) = listed {
-                for r in rows {
-                    eprintln!(
-                        "{verb}: {}{}: {}",
-                        at(r["record"].as_u64().unwrap_or(0)),
-                        r["column"]
-                            .as_str()
-                            .map(|c| format!(", column '{c}'"))
-                            .unwrap_or_default(),
-                        r["message"].as_str().unwrap_or_default()
-                    );
+            let total = details["total"].as_u64();
+            if let Some(rows) = details[key].as_array_mut() {
+                // Where each problem is, as a local store says it ("line 31").
+                for r in rows.iter_mut() {
+                    let place = at(r["record"].as_u64().unwrap_or(0));
+                    r["at"] = Value::String(place);
                 }
-                let total = details["total"].as_u64().unwrap_or(rows.len() as u64);
-                message = format!("{total} record problem(s), listed above");
-            } else if let Some(record) = error["error"]["details"]["record"].as_u64() {
+                if !out.json_errors {
+                    for r in rows.iter() {
+                        let line = format!(
+                            "{verb}: {}{}: {}",
+                            r["at"].as_str().unwrap_or_default(),
+                            r["column"]
+                                .as_str()
+                                .map(|c| format!(", column '{c}'"))
+                                .unwrap_or_default(),
+                            r["message"].as_str().unwrap_or_default()
+                        );
+                        // The server's text, escaped as errors are.
+                        eprintln!("{}", crate::exit::printable(&line));
+                    }
+                }
+                let total = total.unwrap_or(rows.len() as u64);
+                let whereabouts = if out.json_errors {
+                    "listed in the details"
+                } else {
+                    "listed above"
+                };
+                message = format!("{total} record problem(s), {whereabouts}");
+            } else if let Some(record) = details["record"].as_u64() {
                 message = format!("{}: {message}", at(record));
             }
             let code = error["error"]["code"].as_str().unwrap_or("internal");
@@ -127,7 +143,13 @@ pub async fn add(
                         "{message} ({} record(s) added before this batch, none from it)",
                         added
                     ),
-                    details: Value::Null,
+                    // With --json the problems travel here (in the error
+                    // object on stderr), as from a local store.
+                    details: if out.json_errors {
+                        details
+                    } else {
+                        Value::Null
+                    },
                 },
             }));
         }

@@ -87,8 +87,9 @@ pub fn compaction(out: &Out, stats: &CompactionStats, seconds: f64) -> Result<()
         );
         if c.fragment_reuse_versions > 0 {
             line.push_str(&format!(
-                "; {} fragment-reuse version(s) left: an index could not be remapped \
-                 (reads stay right; the next compaction retries)",
+                "; {} fragment-reuse version(s) left: an index was not remapped, or \
+                 another compaction ran meanwhile (reads stay right; the next \
+                 compaction retries; LANCE_CONTEXT_LOG=lance=warn shows Lance's reasons)",
                 c.fragment_reuse_versions
             ));
         }

@@ -62,13 +62,15 @@ impl ServeCommand {
         // The first line on stdout is the address (scripts and tests read it).
         println!("listening on http://{addr}");
         if server.requires_tokens() {
-            eprintln!("requests need a bearer token");
+            crate::logging::notice("requests need a bearer token");
         } else {
-            eprintln!("no tokens configured: serving without authentication on loopback only");
+            crate::logging::notice(
+                "no tokens configured: serving without authentication on loopback only",
+            );
         }
         std::io::stdout().flush()?;
         server.run(shutdown_signal()).await?;
-        eprintln!("stopped: in-flight requests finished, every store closed");
+        crate::logging::notice("stopped: in-flight requests finished, every store closed");
         Ok(())
     }
 }
