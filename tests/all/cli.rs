@@ -1134,21 +1134,22 @@ fn every_bad_line_is_reported_and_a_reject_file_sets_them_aside() {
     assert_eq!(count(root, "strict"), 3);
 }
 
+/// The arguments that create a context store `ctx` (4-dimensional
+/// embeddings).
+const CREATE_CONTEXT_STORE: [&str; 7] = [
+    "store",
+    "create",
+    "ctx",
+    "--plugin",
+    "context",
+    "--param",
+    "embedding_dim=4",
+];
+
 /// A root with a context store `ctx` (4-dimensional embeddings).
 fn context_store() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    ok(
-        dir.path(),
-        &[
-            "store",
-            "create",
-            "ctx",
-            "--plugin",
-            "context",
-            "--param",
-            "embedding_dim=4",
-        ],
-    );
+    ok(dir.path(), &CREATE_CONTEXT_STORE);
     dir
 }
 
@@ -1480,19 +1481,10 @@ fn warnings_reach_stderr_as_text_or_json_lines() {
         )
     };
     // The plugin compiled into the private cache, then each entry spoiled.
-    let (code, _, err) = run(
-        &[
-            "--json",
-            "store",
-            "create",
-            "ctx",
-            "--plugin",
-            "context",
-            "--param",
-            "embedding_dim=4",
-        ],
-        None,
-    );
+    let create: Vec<&str> = std::iter::once("--json")
+        .chain(CREATE_CONTEXT_STORE)
+        .collect();
+    let (code, _, err) = run(&create, None);
     assert_eq!(code, 0, "{err}");
     assert!(err.is_empty(), "nothing to report: {err}");
     let spoil = || {

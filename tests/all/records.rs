@@ -69,6 +69,16 @@ async fn store(uri: &str) -> Store {
     Store::create(caps_config(uri)).await.unwrap()
 }
 
+/// Add records (key, secondary key, text "t") and merge them.
+async fn add_merged(store: &Store, rows: &[(String, String)]) {
+    let refs: Vec<(&str, Option<&str>, &str)> = rows
+        .iter()
+        .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
+        .collect();
+    store.add(&records(&refs, &[])).await.unwrap();
+    store.merge().await.unwrap();
+}
+
 /// A record: (id, external_id, text) and optional overrides by column.
 fn records(rows: &[(&str, Option<&str>, &str)], set: &[(&str, Vec<Option<&str>>)]) -> RecordBatch {
     let n = rows.len();
@@ -1385,12 +1395,7 @@ async fn key_index_segments_are_folded_past_four() {
         let rows: Vec<(String, String)> = (0..3)
             .map(|i| (format!("r{round}-{i}"), format!("e{round}-{i}")))
             .collect();
-        let refs: Vec<(&str, Option<&str>, &str)> = rows
-            .iter()
-            .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
-            .collect();
-        store.add(&records(&refs, &[])).await.unwrap();
-        store.merge().await.unwrap();
+        add_merged(&store, &rows).await;
         ids.extend(rows.into_iter().map(|(id, _)| id));
         let stats = store.stats().await.unwrap();
         for name in ["id_idx", "external_id_idx"] {
@@ -2297,12 +2302,7 @@ async fn keyed_reads_use_the_index_alone_where_it_covers_the_table() {
     let rows: Vec<(String, String)> = (0..10)
         .map(|i| (format!("r{i}"), format!("e{i}")))
         .collect();
-    let refs: Vec<(&str, Option<&str>, &str)> = rows
-        .iter()
-        .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
-        .collect();
-    store.add(&records(&refs, &[])).await.unwrap();
-    store.merge().await.unwrap();
+    add_merged(&store, &rows).await;
     // r3 superseded by u3 (r3 rewritten with its back-link: the old copy is
     // deleted from the base by the merge), r5 deleted (tombstone, merged).
     store
@@ -2448,12 +2448,7 @@ async fn a_compaction_leaves_no_fragment_reuse_history() {
                     )
                 })
                 .collect();
-            let refs: Vec<(&str, Option<&str>, &str)> = rows
-                .iter()
-                .map(|(id, ext)| (id.as_str(), Some(ext.as_str()), "t"))
-                .collect();
-            store.add(&records(&refs, &[])).await.unwrap();
-            store.merge().await.unwrap();
+            add_merged(&store, &rows).await;
             live.extend(rows.into_iter().map(|(id, _)| id));
         }
         // A delete and a new version: rows the compaction drops or moves.

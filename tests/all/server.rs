@@ -75,6 +75,11 @@ const TICKETS: &str = r#"{"name": "tickets", "key": "id", "columns": [
   "queries": [{"name": "by_team", "description": "one team", "params": ["team"],
                "filter": "team = {team}", "order_by": ["id"]}]}"#;
 
+/// The `tickets` store of [`TICKETS`], to create.
+fn tickets() -> CreateStore {
+    CreateStore::spec("tickets", serde_json::from_str(TICKETS).unwrap())
+}
+
 fn status_of<T: std::fmt::Debug>(r: Result<T, lance_context_client::ClientError>) -> (u16, String) {
     match r {
         Ok(v) => panic!("expected an error, got {v:?}"),
@@ -95,12 +100,7 @@ async fn every_store_is_served_through_the_client() {
         .await
         .unwrap();
     assert_eq!(runs.plugin.name, "rollout");
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     let names: Vec<String> = c
         .list_stores()
         .await
@@ -299,12 +299,7 @@ async fn bad_input_gets_a_typed_status_and_says_where() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerProc::start(dir.path(), &["--body-limit-mib", "1"]);
     let c = server.client();
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     c.create_store(&CreateStore::builtin("mem", "context").param("embedding_dim", json!(4)))
         .await
         .unwrap();
@@ -522,12 +517,7 @@ async fn shutdown_and_restart_keep_every_acknowledged_add() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerProc::start(dir.path(), &[]);
     let c = server.client();
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     let mut tasks = tokio::task::JoinSet::new();
     for t in 0..6 {
         let c = c.clone();
@@ -582,12 +572,7 @@ async fn malformed_bodies_never_get_a_server_error() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerProc::start(dir.path(), &[]);
     let c = server.client();
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     let mut seed = 0x0005_DEEC_E66D_u64;
     let mut next = move || {
         seed ^= seed << 13;
@@ -803,12 +788,7 @@ async fn the_cli_works_through_a_server() {
     .unwrap();
     let server = ServerProc::start(dir.path(), &["--tokens", tokens.to_str().unwrap()]);
     let c = server.client().with_token("admin-token-0123456789");
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     let url = server.url.clone();
     let root = dir.path().to_path_buf();
     let run = move |args: Vec<String>, stdin: String| {
@@ -933,12 +913,7 @@ async fn review_findings_of_the_server_stay_fixed() {
         ],
     );
     let c = server.client().with_token("admin-token-0123456789");
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     c.add("tickets", &[json!({"id": "a", "n": 1})])
         .await
         .unwrap();
@@ -1043,12 +1018,7 @@ async fn with_json_every_stderr_line_of_the_server_parses() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = ServerProc::start(dir.path(), &["--json"]);
     let c = server.client();
-    c.create_store(&CreateStore::spec(
-        "tickets",
-        serde_json::from_str(TICKETS).unwrap(),
-    ))
-    .await
-    .unwrap();
+    c.create_store(&tickets()).await.unwrap();
     let records: Vec<Value> = (0..20)
         .map(|i| json!({"id": format!("t{i}"), "team": "a", "n": i}))
         .collect();

@@ -777,26 +777,31 @@ async fn remap_indexes(dataset: &mut Dataset) -> (usize, usize) {
     // not covering the moved rows, or one it cannot open, which it drops):
     // an index counts as remapped when a segment of it is new.
     let before: std::collections::HashSet<uuid::Uuid> = indices.iter().map(|i| i.uuid).collect();
-    let mut remapped = 0;
-    for (name, column) in named {
-        match lance::dataset::optimize::remapping::remap_column_index(
+    for (name, column) in &named {
+        if let Err(e) = lance::dataset::optimize::remapping::remap_column_index(
             dataset,
             &[column.as_str()],
             Some(name.clone()),
         )
         .await
         {
-            Ok(()) => match dataset.load_indices_by_name(&name).await {
-                Ok(segments) => {
-                    if segments.iter().any(|s| !before.contains(&s.uuid)) {
-                        remapped += 1;
-                    }
-                }
-                Err(e) => tracing::warn!("listing index {name} after its remap: {e}"),
-            },
-            Err(e) => tracing::warn!("remapping index {name} after a compaction: {e}"),
+            tracing::warn!("remapping index {name} after a compaction: {e}");
         }
     }
+    let remapped = match dataset.load_indices().await {
+        Ok(after) => named
+            .iter()
+            .filter(|(name, _)| {
+                after
+                    .iter()
+                    .any(|i| i.name == *name && !before.contains(&i.uuid))
+            })
+            .count(),
+        Err(e) => {
+            tracing::warn!("listing indexes after their remap: {e}");
+            0
+        }
+    };
     if let Err(e) = lance::dataset::index::frag_reuse::cleanup_frag_reuse_index(dataset).await {
         tracing::warn!("trimming the fragment-reuse history: {e}");
     }

@@ -52,11 +52,17 @@ pub fn details(err: &anyhow::Error) -> serde_json::Value {
 }
 
 /// Text for a terminal: control characters (escape sequences a typed key or
-/// a filter may carry) shown escaped.
+/// a filter may carry) shown escaped; newlines and tabs kept.
 pub fn printable(text: &str) -> String {
+    escaped(text, &['\n', '\t'])
+}
+
+/// `text` with its control characters but `keep` shown escaped (`\n`,
+/// `\r`, `\u{1b}`).
+pub fn escaped(text: &str, keep: &[char]) -> String {
     text.chars()
         .flat_map(|c| match c {
-            '\n' | '\t' => vec![c],
+            c if keep.contains(&c) => vec![c],
             c if c.is_control() => c.escape_default().collect(),
             c => vec![c],
         })

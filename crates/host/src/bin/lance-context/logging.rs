@@ -68,12 +68,7 @@ pub fn init(json: bool) {
 /// whatever the filter: it is the command's own output.
 pub fn notice(message: &str) {
     if JSON.get().copied().unwrap_or(false) {
-        let line = serde_json::json!({ "log": {
-            "level": "INFO",
-            "target": "lance_context",
-            "message": message,
-        }});
-        let _ = writeln!(std::io::stderr().lock(), "{line}");
+        json_line("INFO", "lance_context", message.into(), Map::new());
     } else {
         let _ = writeln!(std::io::stderr().lock(), "{message}");
     }
@@ -81,8 +76,8 @@ pub fn notice(message: &str) {
 
 /// A text log line's writer: each event is one write of one line; control
 /// characters inside it (a carriage return or newline in a message that
-/// quotes an error, which could forge or overwrite a line) are escaped as
-/// `\r`, `\n`, `\u{..}`. The line's own final newline is kept.
+/// quotes an error, which could forge or overwrite a line) are escaped
+/// ([`crate::exit::escaped`]). The line's own final newline is kept.
 struct Escaped<W>(W);
 
 impl<W: Write> Write for Escaped<W> {
@@ -92,17 +87,7 @@ impl<W: Write> Write for Escaped<W> {
             Some(body) => (body, "\n"),
             None => (text.as_ref(), ""),
         };
-        let mut line = String::with_capacity(buf.len() + 8);
-        for c in body.chars() {
-            match c {
-                '\n' => line.push_str("\\n"),
-                '\r' => line.push_str("\\r"),
-                '\t' => line.push(c),
-                c if c.is_control() => line.push_str(&c.escape_unicode().to_string()),
-                c => line.push(c),
-            }
-        }
-        line.push_str(end);
+        let line = crate::exit::escaped(body, &['\t']) + end;
         self.0.write_all(line.as_bytes())?;
         Ok(buf.len())
     }
@@ -126,17 +111,22 @@ impl<S: Subscriber> Layer<S> for JsonLines {
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
         fields.retain(|name, _| !name.starts_with("log."));
-        let mut log = Map::new();
-        log.insert("level".into(), meta.level().as_str().into());
-        log.insert("target".into(), meta.target().into());
-        log.insert("message".into(), message);
-        if !fields.is_empty() {
-            log.insert("fields".into(), Value::Object(fields));
-        }
-        let line = serde_json::json!({ "log": log });
-        // One write per line, so lines from several threads do not mix.
-        let _ = writeln!(std::io::stderr().lock(), "{line}");
+        json_line(meta.level().as_str(), meta.target(), message, fields);
     }
+}
+
+/// Write `{"log": {"level", "target", "message", "fields"}}` (fields when
+/// any) as one line: one write, so lines from several threads do not mix.
+fn json_line(level: &str, target: &str, message: Value, fields: Map<String, Value>) {
+    let mut log = Map::new();
+    log.insert("level".into(), level.into());
+    log.insert("target".into(), target.into());
+    log.insert("message".into(), message);
+    if !fields.is_empty() {
+        log.insert("fields".into(), Value::Object(fields));
+    }
+    let line = serde_json::json!({ "log": log });
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// An event's fields as JSON values.
