@@ -37,6 +37,11 @@ fn mode(m: &str) -> RecordBatch {
     hostile(m, 0, b"")
 }
 
+/// A one-row batch for the hostile plugin in mode `m`.
+pub fn hostile_batch(m: &str) -> RecordBatch {
+    mode(m)
+}
+
 fn limits() -> PluginLimits {
     PluginLimits {
         call_deadline: Duration::from_millis(500),

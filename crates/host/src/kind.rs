@@ -119,7 +119,11 @@ impl PluginError {
             | Self::Load { .. }
             | Self::UnsupportedAbi { .. }
             | Self::InvalidDeclaration { .. } => ErrorKind::InvalidInput,
-            Self::Busy { .. } => ErrorKind::Busy,
+            Self::Busy { .. } | Self::LoadBusy { .. } => ErrorKind::Busy,
+            Self::Compile { limit, .. } => match limit {
+                crate::plugin::CompileLimit::Unavailable(_) => ErrorKind::Unavailable,
+                _ => ErrorKind::InvalidInput,
+            },
             // The host handed the plugin something malformed: our bug.
             Self::MalformedInput { .. } => ErrorKind::Internal,
             Self::Timeout { .. }

@@ -641,17 +641,89 @@ pub fn json_ready(batch: &RecordBatch) -> Result<RecordBatch, arrow_schema::Arro
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
+/// Rows the plugin sees in one call at most: a larger write is prepared in
+/// parts, so that guest memory, the IPC copies and a transform's output stay
+/// bounded whatever the record count.
+pub const PREPARE_ROWS: usize = 8192;
+
+/// Bytes of declared fixed-width data in one part at most (a wide vector
+/// column makes parts smaller).
+const PREPARE_BYTES: u128 = 16 << 20;
+
+/// Rows of one part for `plugin`'s declared schema.
+fn part_rows(plugin: &LoadedPlugin) -> usize {
+    let width: u128 = plugin
+        .declaration()
+        .schema
+        .fields()
+        .iter()
+        .map(|f| crate::spec::fixed_width_bytes(f.data_type()))
+        .sum();
+    let rows = PREPARE_BYTES / width.max(1);
+    usize::try_from(rows).unwrap_or(usize::MAX).clamp(1, PREPARE_ROWS)
+}
+
+/// Row errors kept over all parts of one write (as one call keeps).
+const KEPT_ROW_ERRORS: usize = 1000;
+
 /// The plugin's part of every write: match the batch to the input schema
 /// ([`to_input`]), then the plugin's `validate` and `transform` in one
-/// boundary crossing ([`LoadedPlugin::prepare`]). The result is what the
-/// engine writes; [`crate::NamedStore`] is the only caller that writes it.
+/// boundary crossing ([`LoadedPlugin::prepare`]) per part of at most
+/// [`PREPARE_ROWS`] rows (fewer for wide rows). The result is what the engine writes (all parts,
+/// or nothing: rows refused in any part refuse the write, with every part's
+/// row errors numbered in the whole batch); [`crate::NamedStore`] is the
+/// only caller that writes it.
 pub async fn prepare(
     plugin: &LoadedPlugin,
     batch: &RecordBatch,
     now_micros: i64,
 ) -> Result<RecordBatch, PipelineError> {
     let input = to_input(plugin, batch)?;
-    Ok(plugin.prepare_async(input, now_micros).await?)
+    let rows = input.num_rows();
+    let step = part_rows(plugin);
+    if rows <= step {
+        return Ok(plugin.prepare_async(input, now_micros).await?);
+    }
+    let mut parts = Vec::with_capacity(rows.div_ceil(step));
+    let mut refused: Option<(String, Vec<crate::RowError>, usize)> = None;
+    for start in (0..rows).step_by(step) {
+        let part = input.slice(start, step.min(rows - start));
+        match plugin.prepare_async(part, now_micros).await {
+            Ok(prepared) => parts.push(prepared),
+            Err(PluginError::Rejected {
+                plugin,
+                errors,
+                total,
+            }) => {
+                let (_, kept, all) = refused.get_or_insert_with(|| (plugin, Vec::new(), 0));
+                *all += total;
+                let offset = u32::try_from(start).unwrap_or(u32::MAX);
+                for mut e in errors {
+                    if kept.len() >= KEPT_ROW_ERRORS {
+                        break;
+                    }
+                    e.row = e.row.saturating_add(offset);
+                    kept.push(e);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((plugin, errors, total)) = refused {
+        return Err(PluginError::Rejected {
+            plugin,
+            errors,
+            total,
+        }
+        .into());
+    }
+    let schema = parts[0].schema();
+    arrow_select::concat::concat_batches(&schema, &parts).map_err(|e| {
+        PipelineError::from(PluginError::MalformedOutput {
+            plugin: plugin.declaration().name.clone(),
+            message: format!("the prepared parts do not fit together: {e}"),
+        })
+    })
 }
 
 /// Parse JSON refusing an object that names a member twice (at any depth)

@@ -47,11 +47,15 @@
 
 mod abi;
 mod cache;
+mod compile;
 mod error;
+mod loader;
 mod output;
 mod runtime;
 mod sandbox;
+mod slots;
 
 pub use cache::{CacheStats, default_cache_dir};
-pub use error::{PluginError, RowError, Violation};
+pub use compile::{COMPILER_ARG, Compiler, ShapeLimits, compiler_main, use_compiler_program};
+pub use error::{CompileLimit, PluginError, RowError, Violation};
 pub use runtime::{ABI_VERSION, LoadedPlugin, PluginDeclaration, PluginLimits, PluginRuntime};

@@ -279,8 +279,8 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
                         .unwrap_or_default()
                         .iter()
                         .map(|r| match &r.column {
-                            Some(c) => format!("line {}, column '{c}': {}", r.row + 1, r.message),
-                            None => format!("line {}: {}", r.row + 1, r.message),
+                            Some(c) => format!("line {}, column '{c}': {}", u64::from(r.row) + 1, r.message),
+                            None => format!("line {}: {}", u64::from(r.row) + 1, r.message),
                         })
                         .collect::<Vec<_>>()
                         .join("; ")

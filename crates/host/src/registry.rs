@@ -623,7 +623,12 @@ impl Registry {
                 )
             }
         };
-        let plugin = self.runtime.load(&label, &bytes, params.clone())?;
+        // On the runtime's loaders: a slow compile or describe holds no
+        // async worker (and nothing another store needs).
+        let plugin = self
+            .runtime
+            .load_async(&label, bytes.clone(), params.clone())
+            .await?;
         let declared = plugin.declaration().clone();
         // Loading checked the built-in key rule; user schemas key by `id`.
         if key_rule == KeyRule::IdOnly {
@@ -821,8 +826,9 @@ impl Registry {
         names.iter().map(|n| self.describe(n)).collect()
     }
 
-    /// Load the plugin a store pins, checking its hash and its spec.
-    pub fn plugin(&self, entry: &StoreEntry) -> Result<LoadedPlugin> {
+    /// Load the plugin a store pins, checking its hash and its spec (on the
+    /// runtime's loaders, see [`PluginRuntime::load_async`]).
+    pub async fn plugin(&self, entry: &StoreEntry) -> Result<LoadedPlugin> {
         let path = self.plugin_path(&entry.plugin.sha256);
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
@@ -845,7 +851,8 @@ impl Registry {
         }
         let plugin = self
             .runtime
-            .load(&entry.plugin.name, &bytes, entry.params.clone())?;
+            .load_async(&entry.plugin.name, bytes, entry.params.clone())
+            .await?;
         let declared = &plugin.declaration().spec;
         if declared != &entry.spec {
             return Err(RegistryError::SpecChanged {
@@ -893,7 +900,7 @@ impl Registry {
                 keys: missing,
             });
         }
-        let plugin = self.plugin(&entry)?;
+        let plugin = self.plugin(&entry).await?;
         let config = tune(store_config(&entry, &plugin, storage_options));
         let store = if read_only {
             Store::open_read_only(config).await?
@@ -977,7 +984,10 @@ impl Registry {
                     .into(),
             });
         }
-        let plugin = self.runtime.load(label, bytes, entry.params.clone())?;
+        let plugin = self
+            .runtime
+            .load_async(label, bytes.to_vec(), entry.params.clone())
+            .await?;
         let declared = plugin.declaration().clone();
         // The stored data's shape must not change; named queries may.
         let without_queries = |spec: &SchemaSpec| SchemaSpec {

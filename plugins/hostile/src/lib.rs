@@ -174,6 +174,14 @@ mod component {
                     })
                     .collect(),
             )),
+            // A row index the batch does not have: the host must check it
+            // before using it (it once computed `row + 1` on it).
+            "rowmax" => Err(BatchError::Rows(vec![RowError {
+                row: u32::MAX,
+                column: Some("mode".into()),
+                code: "rowmax".into(),
+                message: "a row past the batch".into(),
+            }])),
             "ansi" => Err(BatchError::Rows(vec![RowError {
                 row: 0,
                 column: Some("\u{1b}[2Jmode".into()),

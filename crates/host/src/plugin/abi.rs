@@ -36,11 +36,26 @@ pub(crate) const DESCRIBE_BYTES: usize = 8 << 20;
 /// Bytes of row errors and messages a failed call may hand the host.
 pub(crate) const ERROR_BYTES: usize = 64 << 20;
 
-/// A `batch-error` as a host error: the first [`MAX_ROW_ERRORS`] row errors
-/// (printable) with the total, or the malformed-input message.
-pub(crate) fn batch_error(plugin: &str, e: BatchError) -> PluginError {
+/// A `batch-error` about a batch of `batch_rows` rows as a host error: the
+/// first [`MAX_ROW_ERRORS`] row errors (printable) with the total, or the
+/// malformed-input message. A row error naming a row the batch does not
+/// have is the plugin's malformed output (its row is a plugin-supplied
+/// number: checked before anything uses it).
+pub(crate) fn batch_error(plugin: &str, e: BatchError, batch_rows: usize) -> PluginError {
     match e {
         BatchError::Rows(rows) => {
+            if let Some(bad) = rows
+                .iter()
+                .find(|r| usize::try_from(r.row).map_or(true, |row| row >= batch_rows))
+            {
+                return PluginError::MalformedOutput {
+                    plugin: plugin.to_string(),
+                    message: format!(
+                        "a row error names row {} of a batch of {batch_rows} rows",
+                        bad.row
+                    ),
+                };
+            }
             let total = rows.len();
             let errors = rows
                 .into_iter()

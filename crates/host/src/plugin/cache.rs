@@ -16,6 +16,10 @@
 //!   same private directory (mode 0600). An entry that does not verify —
 //!   planted, swapped for another component's, truncated — is ignored and
 //!   replaced by a fresh compile ([`CacheStats::rejected`] counts them).
+//!
+//! The cache is bounded: past [`crate::PluginLimits::cache_bytes`] (1 GiB by
+//! default) the least recently used entries are removed (a hit marks an
+//! entry used). Only components that compiled *and* described are kept.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -38,6 +42,8 @@ pub struct CacheStats {
     pub misses: usize,
     /// Entries that failed verification and were replaced.
     pub rejected: usize,
+    /// Entries removed to keep the cache within its size.
+    pub evicted: usize,
 }
 
 /// The default cache directory (see the module docs); `None` when no home
@@ -91,14 +97,16 @@ pub(crate) struct CompileCache {
     dir: PathBuf,
     key: [u8; 32],
     fingerprint: String,
+    max_bytes: u64,
     hits: AtomicUsize,
     misses: AtomicUsize,
     rejected: AtomicUsize,
+    evicted: AtomicUsize,
 }
 
 impl CompileCache {
     /// Open (creating) the cache at `dir` for `engine`.
-    pub fn open(dir: &Path, engine: &Engine) -> Result<Self, CacheError> {
+    pub fn open(dir: &Path, engine: &Engine, max_bytes: u64) -> Result<Self, CacheError> {
         let dir = std::path::absolute(dir).map_err(|e| CacheError::io(dir, e))?;
         create_private_dir(&dir)?;
         let key = load_or_create_key(&dir.join(KEY_FILE))?;
@@ -108,9 +116,11 @@ impl CompileCache {
             dir,
             key,
             fingerprint: format!("{:016x}", hasher.finish()),
+            max_bytes,
             hits: AtomicUsize::new(0),
             misses: AtomicUsize::new(0),
             rejected: AtomicUsize::new(0),
+            evicted: AtomicUsize::new(0),
         })
     }
 
@@ -123,6 +133,7 @@ impl CompileCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
+            evicted: self.evicted.load(Ordering::Relaxed),
         }
     }
 
@@ -167,6 +178,10 @@ impl CompileCache {
         match deserialize_verified(engine, &bytes[TAG_BYTES..]) {
             Ok(component) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
+                // Used now: the last to be evicted.
+                if let Ok(file) = std::fs::File::options().write(true).open(&path) {
+                    let _ = file.set_modified(std::time::SystemTime::now());
+                }
                 Some(component)
             }
             Err(e) => {
@@ -196,6 +211,37 @@ impl CompileCache {
         if let Err(e) = written {
             tracing::debug!(path = %path.display(), "could not write a compile cache entry: {e}");
             let _ = std::fs::remove_file(&tmp);
+        }
+        self.evict();
+    }
+
+    /// Remove the least recently used entries until the cache is within
+    /// its size (entries of other engine builds count too).
+    fn evict(&self) {
+        let Ok(items) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = items
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().ok()?, meta.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
+        if total <= self.max_bytes {
+            return;
+        }
+        entries.sort();
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(len);
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

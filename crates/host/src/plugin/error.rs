@@ -37,10 +37,42 @@ impl std::fmt::Display for Violation {
     }
 }
 
+/// Why a component was not compiled (see [`super::compile`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompileLimit {
+    /// Its shape is past a [`super::ShapeLimits`] bound.
+    #[error("it has {found} {what}, more than the limit of {limit}")]
+    Shape {
+        /// What was counted.
+        what: &'static str,
+        /// How many it has.
+        found: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Compiling ran past the compile deadline and was stopped. Not
+    /// remembered for longer than a failed load is: it is tried again.
+    #[error("compiling took longer than {0:?} and was stopped")]
+    Deadline(Duration),
+    /// Compiling needed more memory than the compile memory limit.
+    #[error("compiling needed more than the compile memory limit of {0} bytes and was stopped")]
+    Memory(usize),
+    /// The compiler (Cranelift) panicked on this component.
+    #[error("the compiler panicked on it: {0}")]
+    CompilerPanic(String),
+    /// It is not a valid component (or its compiled code did not load).
+    #[error("{0}")]
+    Invalid(String),
+    /// The compiler could not be run (a host problem, not the component's).
+    #[error("the compiler is unavailable: {0}")]
+    Unavailable(String),
+}
+
 /// A plugin failure, always naming the plugin. Text that came from the plugin
 /// (names, messages, row errors, panic messages) is bounded in length and has
 /// its control characters escaped, so it is safe to print on a terminal.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum PluginError {
     /// The bytes are not a component this host can compile or link (wrong
@@ -51,6 +83,15 @@ pub enum PluginError {
         plugin: String,
         /// What went wrong.
         message: String,
+    },
+    /// The component was not compiled: its shape is past the limits, the
+    /// compile ran out of time or memory, or the compiler failed on it.
+    #[error("plugin {plugin}: cannot compile: {limit}")]
+    Compile {
+        /// The plugin's name.
+        plugin: String,
+        /// Why.
+        limit: CompileLimit,
     },
     /// The plugin was built against an ABI this host does not speak.
     #[error(
@@ -167,6 +208,17 @@ pub enum PluginError {
         /// What went wrong.
         message: String,
     },
+    /// The load queue stayed full (or no loader picked this load up) for
+    /// longer than the load wait allows.
+    #[error("plugin {plugin}: no loader came free within {waited:?} ({queued} loads queued); retry later")]
+    LoadBusy {
+        /// The plugin's name.
+        plugin: String,
+        /// How long the load waited.
+        waited: Duration,
+        /// Loads queued or running when it gave up.
+        queued: usize,
+    },
     /// Every call slot stayed busy for longer than the wait allows.
     #[error("plugin {plugin}: no call slot came free within {waited:?}; the host is busy")]
     Busy {
@@ -195,12 +247,19 @@ impl PluginError {
                 | Self::InvalidParams { .. }
                 | Self::MalformedInput { .. }
                 | Self::Busy { .. }
+                | Self::LoadBusy { .. }
+        ) && !matches!(
+            self,
+            Self::Compile {
+                limit: CompileLimit::Unavailable(_),
+                ..
+            }
         )
     }
 
     /// Whether the call was refused for lack of capacity (retry later).
     pub fn is_busy(&self) -> bool {
-        matches!(self, Self::Busy { .. })
+        matches!(self, Self::Busy { .. } | Self::LoadBusy { .. })
     }
 }
 
@@ -246,6 +305,15 @@ impl PluginError {
             Self::Load { plugin, message } => Self::Load {
                 plugin: name(plugin),
                 message: t(message),
+            },
+            Self::Compile { plugin, limit } => Self::Compile {
+                plugin: name(plugin),
+                limit: match limit {
+                    CompileLimit::CompilerPanic(m) => CompileLimit::CompilerPanic(t(m)),
+                    CompileLimit::Invalid(m) => CompileLimit::Invalid(t(m)),
+                    CompileLimit::Unavailable(m) => CompileLimit::Unavailable(t(m)),
+                    other => other,
+                },
             },
             Self::UnsupportedAbi { plugin, found } => Self::UnsupportedAbi {
                 plugin: name(plugin),
@@ -321,6 +389,15 @@ impl PluginError {
             Self::Busy { plugin, waited } => Self::Busy {
                 plugin: name(plugin),
                 waited,
+            },
+            Self::LoadBusy {
+                plugin,
+                waited,
+                queued,
+            } => Self::LoadBusy {
+                plugin: name(plugin),
+                waited,
+                queued,
             },
         }
     }

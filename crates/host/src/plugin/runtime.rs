@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -19,7 +19,10 @@ use super::abi::{
     SchemaPluginPre,
 };
 use super::cache::{CacheStats, CompileCache};
+use super::compile::{ChildBounds, Compiler, ShapeLimits, check_shape, compile_in_child};
 use super::error::{PluginError, plugin_text};
+use super::loader::{Loader, NotRun};
+use super::slots::Slots;
 use super::output::{assemble, check_derived, json_document, panic_message};
 use super::sandbox::{self, HostState};
 use crate::spec::{KeyRule, SchemaSpec, SpecProblem, VectorSpec};
@@ -43,14 +46,40 @@ pub struct PluginLimits {
     pub max_wasm_stack: usize,
     /// Size of a component the runtime agrees to compile.
     pub component_bytes: usize,
-    /// Wall-clock time compiling one component may take; past it the load
-    /// fails (the compile finishes in the background and is discarded).
+    /// The shape a component may have (checked before compiling).
+    pub shape: ShapeLimits,
+    /// Where components are compiled (see [`Compiler`]).
+    pub compiler: Compiler,
+    /// Wall-clock time compiling one component may take. With
+    /// [`Compiler::Subprocess`] the compiler is killed then; in process, only
+    /// the wait ends.
     pub compile_deadline: Duration,
-    /// Plugin calls running at once in this runtime (each has its own
-    /// instance, so this bounds the guest memory in use to this many times
-    /// `memory_bytes`); more wait for a slot, up to `slot_wait`.
+    /// Memory (data segment) a compiler child may use.
+    pub compile_memory_bytes: usize,
+    /// Loads (compile, describe) running at once, each on a loader thread of
+    /// the runtime; more wait in the load queue.
+    pub loaders: usize,
+    /// Loads waiting for a loader at most; past it a load is refused at once
+    /// with [`PluginError::LoadBusy`].
+    pub load_queue: usize,
+    /// How long a load waits in the queue for a loader before
+    /// [`PluginError::LoadBusy`].
+    pub load_wait: Duration,
+    /// How long a failed load (compile or describe) is remembered and
+    /// answered without running again.
+    pub failed_ttl: Duration,
+    /// Bytes the compile cache may hold on disk; past it the least recently
+    /// used entries are removed.
+    pub cache_bytes: u64,
+    /// Plugin calls running at once in this runtime, over every plugin
+    /// (each has its own instance, so this bounds the guest memory in use
+    /// to this many times `memory_bytes`).
     pub max_concurrent_calls: usize,
-    /// How long a call waits for a free slot before [`PluginError::Busy`].
+    /// Calls running at once of one loaded plugin (a store's): a store whose
+    /// calls run hot waits behind itself, not in front of other stores.
+    pub calls_per_plugin: usize,
+    /// How long a call waits for a free slot (its plugin's, then the
+    /// runtime's) before [`PluginError::Busy`].
     pub slot_wait: Duration,
 }
 
@@ -63,8 +92,17 @@ impl Default for PluginLimits {
             reduce_output_bytes: 16 << 20,
             max_wasm_stack: 1 << 20,
             component_bytes: 64 << 20,
-            compile_deadline: Duration::from_secs(120),
+            shape: ShapeLimits::default(),
+            compiler: Compiler::default(),
+            compile_deadline: Duration::from_secs(60),
+            compile_memory_bytes: 2 << 30,
+            loaders: 2,
+            load_queue: 32,
+            load_wait: Duration::from_secs(10),
+            failed_ttl: Duration::from_secs(60),
+            cache_bytes: 1 << 30,
             max_concurrent_calls: 8,
+            calls_per_plugin: 2,
             slot_wait: Duration::from_secs(30),
         }
     }
@@ -146,8 +184,12 @@ struct Shared {
     cache: Option<CompileCache>,
     /// Call slots shared by every plugin of the runtime.
     slots: Slots,
-    /// Components that failed to compile, by sha256: not compiled again.
-    failed: Mutex<HashMap<String, String>>,
+    /// Loads that failed (compile by sha256, describe by sha256 and
+    /// parameters), with when: answered without running again for
+    /// [`PluginLimits::failed_ttl`].
+    failed: Mutex<HashMap<String, (PluginError, Instant)>>,
+    /// The loader threads and their queue.
+    loader: Loader,
     /// Components compiled (or read from the cache) by this runtime, by
     /// sha256: many stores pinning one plugin compile it once.
     compiled: Mutex<HashMap<String, Component>>,
@@ -185,6 +227,46 @@ impl Shared {
         }
         compiled.insert(sha256.to_string(), component.clone());
     }
+
+    /// The remembered failure of `key`, while it is fresh.
+    fn failed_before(&self, key: &str) -> Option<PluginError> {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        let ttl = self.limits.failed_ttl;
+        failed.retain(|_, (_, at)| at.elapsed() < ttl);
+        failed.get(key).map(|(e, _)| e.clone())
+    }
+
+    /// Remember that `key` failed with `error` (not when the host was busy
+    /// or could not run the compiler: those say nothing of the plugin).
+    fn remember_failure(&self, key: String, error: &PluginError) {
+        if error.is_busy() || error.kind() == crate::ErrorKind::Unavailable {
+            return;
+        }
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: a flood of distinct failing uploads forgets the oldest.
+        if failed.len() >= MAX_FAILED
+            && let Some(oldest) = failed
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| k.clone())
+        {
+            failed.remove(&oldest);
+        }
+        failed.insert(key, (error.clone(), Instant::now()));
+    }
+}
+
+/// Failed loads remembered at most.
+const MAX_FAILED: usize = 1024;
+
+/// The engine configuration of every runtime and compiler child (they must
+/// agree for a child's artifact to load).
+pub(crate) fn engine_config(max_wasm_stack: usize) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.max_wasm_stack(max_wasm_stack);
+    config
 }
 
 /// Compiles, links and loads plugins.
@@ -238,18 +320,18 @@ impl PluginRuntime {
     /// [`crate::plugin::default_cache_dir`]).
     pub fn new(limits: PluginLimits, cache_dir: Option<&Path>) -> Result<Self, PluginError> {
         let runtime_error = |message: String| load_error("(runtime)", message);
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        config.max_wasm_stack(limits.max_wasm_stack);
+        let config = engine_config(limits.max_wasm_stack);
         let engine = Engine::new(&config).map_err(|e| runtime_error(format!("{e:#}")))?;
         let linker = sandbox::linker(&engine).map_err(|e| runtime_error(format!("{e:#}")))?;
         let cache = match cache_dir {
-            Some(dir) => {
-                Some(CompileCache::open(dir, &engine).map_err(|e| runtime_error(e.to_string()))?)
-            }
+            Some(dir) => Some(
+                CompileCache::open(dir, &engine, limits.cache_bytes)
+                    .map_err(|e| runtime_error(e.to_string()))?,
+            ),
             None => None,
         };
+        let loader = Loader::start(limits.loaders.max(1), limits.load_queue)
+            .map_err(|e| runtime_error(format!("starting the loaders: {e}")))?;
         let ticker = Ticker::start(&engine)
             .map_err(|e| runtime_error(format!("starting the epoch ticker: {e}")))?;
         Ok(Self {
@@ -260,6 +342,7 @@ impl PluginRuntime {
                 limits,
                 cache,
                 failed: Mutex::new(HashMap::new()),
+                loader,
                 compiled: Mutex::new(HashMap::new()),
                 _ticker: ticker,
             }),
@@ -277,119 +360,189 @@ impl PluginRuntime {
         &self.shared.limits
     }
 
-    /// Compile `bytes` (through the cache, within the size cap and the
-    /// compile deadline), check its imports and exports against the
-    /// contract, instantiate it and call `describe` with `params`; the
-    /// declaration is checked before it is returned.
+    /// Compile `bytes` (through the cache, within the size cap, the shape
+    /// limits and the compile deadline), check its imports and exports
+    /// against the contract, instantiate it and call `describe` with
+    /// `params`; the declaration is checked before it is returned. Runs on
+    /// the calling thread: async callers use [`Self::load_async`].
     pub fn load(
         &self,
         label: &str,
         bytes: &[u8],
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
-        self.load_checked(label, bytes, params)
-            .map_err(PluginError::sanitized)
+        load_checked(&self.shared, label, bytes, params).map_err(PluginError::sanitized)
     }
 
-    fn load_checked(
+    /// [`Self::load`] on one of the runtime's loader threads, never on the
+    /// caller's: an async worker is not held while a component compiles or
+    /// describes. A load that finds the queue full, or waits past
+    /// [`PluginLimits::load_wait`] for a loader, is refused with
+    /// [`PluginError::LoadBusy`] (retry later).
+    pub async fn load_async(
         &self,
         label: &str,
-        bytes: &[u8],
+        bytes: Vec<u8>,
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
-        let label = plugin_text(label, abi::MAX_NAME);
-        let shared = &self.shared;
-        if bytes.len() > shared.limits.component_bytes {
-            return Err(PluginError::OutputTooLarge {
-                plugin: label,
-                what: "component",
-                size: bytes.len(),
-                limit: shared.limits.component_bytes,
-            });
-        }
-        // The imports first (a cheap parse), so a component the sandbox
-        // cannot host is never compiled.
-        let refused = refused_imports(bytes).map_err(|m| load_error(&label, m))?;
-        if !refused.is_empty() {
-            return Err(load_error(
-                &label,
-                format!(
-                    "it imports what the sandbox does not provide: {}",
-                    refused.join(", ")
-                ),
-            ));
-        }
-        let sha256 = crate::sha256_hex(bytes);
-        if let Some(message) = shared
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&sha256)
-        {
-            return Err(load_error(&label, format!("{message} (failed before)")));
-        }
-        let component = match shared.compiled_component(&sha256) {
-            Some(component) => component,
-            None => {
-                let component = self.compile(&label, bytes).inspect_err(|e| {
-                    if let PluginError::Load { message, .. } = e {
-                        shared
-                            .failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(sha256.clone(), message.clone());
-                    }
-                })?;
-                if let Some(cache) = &shared.cache {
-                    cache.store(&sha256, &component);
-                }
-                shared.keep_compiled(&sha256, &component);
-                component
-            }
+        let shared = self.shared.clone();
+        let plugin = plugin_text(label, abi::MAX_NAME);
+        let label = label.to_string();
+        let job = move || {
+            load_checked(&shared, &label, &bytes, params).map_err(PluginError::sanitized)
         };
-        let pre = shared
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| load_error(&label, format!("{e:#}")))?;
-        let pre = SchemaPluginPre::new(pre)
-            .map_err(|e| load_error(&label, format!("not a schema plugin: {e:#}")))?;
-        let mut inner = Inner {
-            shared: shared.clone(),
-            label,
-            pre,
-            params,
-            declaration: None,
-        };
-        let declaration = inner.describe(sha256)?;
-        inner.label = declaration.name.clone();
-        inner.declaration = Some(declaration);
-        Ok(LoadedPlugin {
-            inner: Arc::new(inner),
-        })
+        let wait = self.shared.limits.load_wait;
+        match self.shared.loader.run(job, wait).await {
+            Ok(loaded) => loaded,
+            Err(NotRun::Busy { queued }) => Err(PluginError::LoadBusy {
+                plugin,
+                waited: wait,
+                queued,
+            }),
+            Err(NotRun::Panicked) => Err(load_error(&plugin, "the load failed unexpectedly")),
+        }
     }
+}
 
-    /// Compile on a separate thread, waiting at most the compile deadline.
-    fn compile(&self, label: &str, bytes: &[u8]) -> Result<Component, PluginError> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let engine = self.shared.engine.clone();
-        let bytes = bytes.to_vec();
-        std::thread::Builder::new()
-            .name("plugin-compile".into())
-            .spawn(move || {
-                let _ = tx.send(Component::new(&engine, &bytes));
-            })
-            .map_err(|e| load_error(label, format!("starting the compiler: {e}")))?;
-        match rx.recv_timeout(self.shared.limits.compile_deadline) {
-            Ok(Ok(component)) => Ok(component),
-            Ok(Err(e)) => Err(load_error(label, format!("{e:#}"))),
-            Err(_) => Err(load_error(
-                label,
-                format!(
-                    "compiling took longer than {:?}",
-                    self.shared.limits.compile_deadline
-                ),
-            )),
-        }
+fn load_checked(
+    shared: &Arc<Shared>,
+    label: &str,
+    bytes: &[u8],
+    params: Vec<(String, String)>,
+) -> Result<LoadedPlugin, PluginError> {
+    let label = plugin_text(label, abi::MAX_NAME);
+    if bytes.len() > shared.limits.component_bytes {
+        return Err(PluginError::OutputTooLarge {
+            plugin: label,
+            what: "component",
+            size: bytes.len(),
+            limit: shared.limits.component_bytes,
+        });
+    }
+    // The imports first (a cheap parse), so a component the sandbox
+    // cannot host is never compiled.
+    let refused = refused_imports(bytes).map_err(|m| load_error(&label, m))?;
+    if !refused.is_empty() {
+        return Err(load_error(
+            &label,
+            format!(
+                "it imports what the sandbox does not provide: {}",
+                refused.join(", ")
+            ),
+        ));
+    }
+    let sha256 = crate::sha256_hex(bytes);
+    let (component, fresh) = component(shared, &label, &sha256, bytes)?;
+    let described = format!("describe:{sha256}:{}", crate::sha256_hex(format!("{params:?}").as_bytes()));
+    if let Some(error) = shared.failed_before(&described) {
+        return Err(error);
+    }
+    let pre = shared
+        .linker
+        .instantiate_pre(&component)
+        .map_err(|e| load_error(&label, format!("{e:#}")))?;
+    let pre = SchemaPluginPre::new(pre)
+        .map_err(|e| load_error(&label, format!("not a schema plugin: {e:#}")))?;
+    let mut inner = Inner {
+        shared: shared.clone(),
+        slots: Slots::new(shared.limits.calls_per_plugin.max(1)),
+        label,
+        pre,
+        params,
+        declaration: None,
+    };
+    let declaration = inner
+        .describe(sha256.clone())
+        .inspect_err(|e| shared.remember_failure(described, e))?;
+    // Only a component that described is worth a cache entry.
+    if fresh && let Some(cache) = &shared.cache {
+        cache.store(&sha256, &component);
+    }
+    inner.label = declaration.name.clone();
+    inner.declaration = Some(declaration);
+    Ok(LoadedPlugin {
+        inner: Arc::new(inner),
+    })
+}
+
+/// The compiled component of `bytes` (hashing to `sha256`), and whether it
+/// was compiled just now: from memory, the cache, or a compile within the
+/// shape limits and the deadline. A failed compile is remembered for
+/// [`PluginLimits::failed_ttl`].
+fn component(
+    shared: &Shared,
+    label: &str,
+    sha256: &str,
+    bytes: &[u8],
+) -> Result<(Component, bool), PluginError> {
+    let key = format!("compile:{sha256}");
+    if let Some(error) = shared.failed_before(&key) {
+        return Err(error);
+    }
+    if let Some(component) = shared.compiled_component(sha256) {
+        return Ok((component, false));
+    }
+    let compiled = check_shape(bytes, &shared.limits.shape)
+        .map_err(|limit| PluginError::Compile {
+            plugin: label.to_string(),
+            limit,
+        })
+        .and_then(|()| compile(shared, label, bytes))
+        .inspect_err(|e| shared.remember_failure(key, e))?;
+    shared.keep_compiled(sha256, &compiled);
+    Ok((compiled, true))
+}
+
+/// Compile where the limits say: a child process (killed at the deadline),
+/// or a thread of this process (waited for until the deadline).
+fn compile(shared: &Shared, label: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+    let limits = &shared.limits;
+    match &limits.compiler {
+        Compiler::Subprocess(program) => compile_in_child(
+            program,
+            &shared.engine,
+            ChildBounds {
+                deadline: limits.compile_deadline,
+                memory_bytes: limits.compile_memory_bytes,
+                max_wasm_stack: limits.max_wasm_stack,
+            },
+            label,
+            bytes,
+        ),
+        Compiler::InProcess => compile_on_thread(shared, label, bytes),
+    }
+}
+
+fn compile_on_thread(shared: &Shared, label: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let engine = shared.engine.clone();
+    let bytes = bytes.to_vec();
+    std::thread::Builder::new()
+        .name("plugin-compile".into())
+        .spawn(move || {
+            let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Component::new(&engine, &bytes)
+            }));
+            let _ = tx.send(compiled);
+        })
+        .map_err(|e| load_error(label, format!("starting the compiler: {e}")))?;
+    let failed = |limit| PluginError::Compile {
+        plugin: label.to_string(),
+        limit,
+    };
+    match rx.recv_timeout(shared.limits.compile_deadline) {
+        Ok(Ok(Ok(component))) => Ok(component),
+        Ok(Ok(Err(e))) => Err(load_error(label, format!("{e:#}"))),
+        Ok(Err(panic)) => Err(failed(super::error::CompileLimit::CompilerPanic(
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default(),
+        ))),
+        Err(_) => Err(failed(super::error::CompileLimit::Deadline(
+            shared.limits.compile_deadline,
+        ))),
     }
 }
 
@@ -433,47 +586,6 @@ fn refused_imports(bytes: &[u8]) -> Result<Vec<String>, String> {
     Ok(refused)
 }
 
-/// A counting semaphore bounding the runtime's concurrent calls.
-#[derive(Debug)]
-struct Slots {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl Slots {
-    fn new(n: usize) -> Self {
-        Self {
-            free: Mutex::new(n),
-            freed: Condvar::new(),
-        }
-    }
-
-    /// A slot, waiting at most `wait`.
-    fn acquire(&self, wait: Duration) -> Option<SlotGuard<'_>> {
-        let deadline = std::time::Instant::now() + wait;
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            let left = deadline.checked_duration_since(std::time::Instant::now())?;
-            free = self
-                .freed
-                .wait_timeout(free, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        *free -= 1;
-        Some(SlotGuard(self))
-    }
-}
-
-struct SlotGuard<'a>(&'a Slots);
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.0.freed.notify_one();
-    }
-}
-
 /// A loaded, described plugin. Cheap to clone and safe to share between
 /// threads.
 ///
@@ -490,6 +602,8 @@ pub struct LoadedPlugin {
 
 struct Inner {
     shared: Arc<Shared>,
+    /// This plugin's own call slots (a store's), taken before the runtime's.
+    slots: Slots,
     label: String,
     pre: SchemaPluginPre<HostState>,
     params: Vec<(String, String)>,
@@ -623,14 +737,16 @@ impl Inner {
         f: impl FnOnce(&SchemaPlugin, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let wait = self.shared.limits.slot_wait;
-        let _slot = self
-            .shared
-            .slots
-            .acquire(wait)
-            .ok_or_else(|| PluginError::Busy {
-                plugin: self.label.clone(),
-                waited: wait,
-            })?;
+        let busy = || PluginError::Busy {
+            plugin: self.label.clone(),
+            waited: wait,
+        };
+        // This plugin's slot first: calls of a store that runs hot queue
+        // here, behind each other, and take at most `calls_per_plugin` of
+        // the runtime's slots.
+        let deadline = Instant::now() + wait;
+        let _own = self.slots.acquire_until(deadline).ok_or_else(busy)?;
+        let _slot = self.shared.slots.acquire_until(deadline).ok_or_else(busy)?;
         let mut store = Store::new(
             &self.shared.engine,
             HostState::new(self.shared.limits.memory_bytes),
@@ -814,7 +930,7 @@ impl Inner {
         let bytes = self.encode_input(batch)?;
         let context = self.context(crate::now_micros());
         self.call(ERROR_BYTES, |p, s| p.call_validate(s, &bytes, &context))?
-            .map_err(|e| abi::batch_error(&self.label, e))
+            .map_err(|e| abi::batch_error(&self.label, e, batch.num_rows()))
     }
 
     /// Transform a batch. By the contract a transform applies `validate`'s
@@ -835,7 +951,7 @@ impl Inner {
             .call(limit.max(ERROR_BYTES), |p, s| {
                 p.call_transform(s, &bytes, &context)
             })?
-            .map_err(|e| abi::batch_error(&self.label, e))?;
+            .map_err(|e| abi::batch_error(&self.label, e, batch.num_rows()))?;
         drop(bytes);
         if out.len() > limit {
             return Err(PluginError::OutputTooLarge {
@@ -913,7 +1029,7 @@ impl Inner {
             .call(limit.max(ERROR_BYTES), |p, s| {
                 p.call_reduce(s, query, &bytes, &context)
             })?
-            .map_err(|e| abi::batch_error(&self.label, e))?;
+            .map_err(|e| abi::batch_error(&self.label, e, rows.num_rows()))?;
         if text.len() > limit {
             return Err(PluginError::OutputTooLarge {
                 plugin: self.label.clone(),

@@ -46,6 +46,9 @@ pub struct ServerConfig {
     /// Storage options for stores created with them (values are never
     /// recorded by the registry).
     pub storage_options: HashMap<String, String>,
+    /// The plugins' limits and quotas: call slots per store and in all,
+    /// loaders, compile bounds (see [`PluginLimits`]).
+    pub plugin_limits: PluginLimits,
 }
 
 impl ServerConfig {
@@ -61,6 +64,7 @@ impl ServerConfig {
             store_concurrency: 32,
             queue_wait: Duration::from_secs(2),
             storage_options: HashMap::new(),
+            plugin_limits: PluginLimits::default(),
         }
     }
 }
@@ -128,7 +132,7 @@ impl Server {
             return Err(ServerError::Unprotected(config.addr));
         }
         let runtime = Arc::new(PluginRuntime::new(
-            PluginLimits::default(),
+            config.plugin_limits.clone(),
             crate::default_cache_dir().as_deref(),
         )?);
         let registry = Registry::at(&config.root, runtime)?;

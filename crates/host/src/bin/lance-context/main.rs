@@ -75,6 +75,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A compiler child (see `lance_context_host::Compiler`): nothing else.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(lance_context_host::COMPILER_ARG) {
+        let code = lance_context_host::compiler_main(&args[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    // Plugins compile in a child of this executable, bounded and killable.
+    if let Ok(program) = std::env::current_exe() {
+        lance_context_host::use_compiler_program(program);
+    }
     restore_sigpipe();
     let cli = Cli::parse();
     let out = Out::new(cli.json);

@@ -275,7 +275,7 @@ pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
                     .map(|r| {
                         format!(
                             "line {} column {}: {}",
-                            r.row + 1,
+                            u64::from(r.row) + 1,
                             r.column.as_deref().unwrap_or("-"),
                             r.message
                         )

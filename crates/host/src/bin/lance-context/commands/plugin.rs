@@ -235,7 +235,10 @@ fn inspect(
         ensure_usage(params.is_empty(), || {
             "--param: a store's plugin is inspected with the parameters it was created with".into()
         })?;
-        registry.plugin(&entry)?
+        // The CLI runs this command on its multi-thread runtime.
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(registry.plugin(&entry))
+        })?
     } else {
         let (label, bytes) = plugin_bytes(plugin)?;
         runtime.load(&label, &bytes, params)?

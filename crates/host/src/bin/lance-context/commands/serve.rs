@@ -36,6 +36,31 @@ pub struct ServeCommand {
     /// Storage option `key=value` for stores that need them; repeatable.
     #[arg(long = "storage-option", value_parser = parse_storage_option)]
     storage_options: Vec<StorageOption>,
+    /// Plugin calls running at once over every store (each may use the
+    /// plugin memory limit).
+    #[arg(long, default_value_t = 8)]
+    plugin_calls: usize,
+    /// Plugin calls running at once for one store: a store whose calls run
+    /// hot waits behind itself, not in front of other stores.
+    #[arg(long, default_value_t = 2)]
+    plugin_calls_per_store: usize,
+    /// Longest one plugin call may run, milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    plugin_call_deadline_ms: u64,
+    /// Plugin loads (compile, describe) running at once.
+    #[arg(long, default_value_t = 2)]
+    plugin_loaders: usize,
+    /// How long a store create or first open waits for a loader before
+    /// 503 busy, seconds.
+    #[arg(long, default_value_t = 10)]
+    plugin_load_wait_secs: u64,
+    /// Longest compiling one component may take, seconds (the compiler
+    /// process is killed then).
+    #[arg(long, default_value_t = 60)]
+    compile_deadline_secs: u64,
+    /// Memory one compile may use, MiB.
+    #[arg(long, default_value_t = 2048)]
+    compile_memory_mib: usize,
 }
 
 impl ServeCommand {
@@ -57,6 +82,16 @@ impl ServeCommand {
         config.request_timeout = Duration::from_secs(self.request_timeout_secs.max(1));
         config.store_concurrency = self.store_concurrency.max(1);
         config.storage_options = options_map(&self.storage_options);
+        config.plugin_limits = lance_context_host::PluginLimits {
+            max_concurrent_calls: self.plugin_calls.max(1),
+            calls_per_plugin: self.plugin_calls_per_store.max(1),
+            call_deadline: Duration::from_millis(self.plugin_call_deadline_ms.max(1)),
+            loaders: self.plugin_loaders.max(1),
+            load_wait: Duration::from_secs(self.plugin_load_wait_secs),
+            compile_deadline: Duration::from_secs(self.compile_deadline_secs.max(1)),
+            compile_memory_bytes: self.compile_memory_mib.max(64) << 20,
+            ..lance_context_host::PluginLimits::default()
+        };
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         // The first line on stdout is the address (scripts and tests read it).

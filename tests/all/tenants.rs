@@ -1,0 +1,515 @@
+//! Many tenants on one host: no plugin, store or upload can stall, starve or
+//! reach another. Loads (compile, describe) run off the async workers in a
+//! bounded queue; compiles are bounded in time and memory and can be
+//! stopped; call slots are per store as well as per runtime; plugin-supplied
+//! numbers are checked. The server cases run a real `lance-context serve`
+//! on loopback with real components.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use lance_context_client::{Client, CreateStore};
+use lance_context_host::{CompileLimit, Compiler, PluginError, PluginLimits, PluginRuntime};
+use serde_json::{Value, json};
+
+use crate::plugins::{bytes, params};
+use crate::server::ServerProc;
+use crate::support::{cli, cli_binary, compile_cache};
+
+/// A component whose one function keeps `values` values live across as many
+/// loops: its compile time grows with the square of `values` (debug test
+/// build, 2 cores: 2,500 in 1.5 s, 5,000 in 5.5 s, 10,000 in ~20 s). `salt`
+/// makes each one byte-different.
+fn slow_component(values: u32, salt: i32) -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, Component, Function, FunctionSection, Instruction, Module, ModuleSection,
+        TypeSection, ValType,
+    };
+    let mut module = Module::new();
+    let mut types = TypeSection::new();
+    types.ty().function([ValType::I32], [ValType::I32]);
+    module.section(&types);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    module.section(&functions);
+    let mut body = Function::new([]);
+    for i in 0..values {
+        body.instruction(&Instruction::LocalGet(0));
+        body.instruction(&Instruction::I32Const(i as i32 ^ salt));
+        body.instruction(&Instruction::I32Add);
+        body.instruction(&Instruction::Loop(wasm_encoder::BlockType::Empty));
+        body.instruction(&Instruction::LocalGet(0));
+        body.instruction(&Instruction::BrIf(0));
+        body.instruction(&Instruction::End);
+    }
+    for _ in 1..values {
+        body.instruction(&Instruction::I32Add);
+    }
+    body.instruction(&Instruction::End);
+    let mut code = CodeSection::new();
+    code.function(&body);
+    module.section(&code);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// A component whose module defines `n` globals.
+fn globals_component(n: u32) -> Vec<u8> {
+    use wasm_encoder::{
+        Component, ConstExpr, GlobalSection, GlobalType, Module, ModuleSection, ValType,
+    };
+    let mut module = Module::new();
+    let mut globals = GlobalSection::new();
+    for i in 0..n {
+        globals.global(
+            GlobalType {
+                val_type: ValType::I32,
+                mutable: true,
+                shared: false,
+            },
+            &ConstExpr::i32_const(i as i32),
+        );
+    }
+    module.section(&globals);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// Limits compiling in a child of the real binary.
+fn child_limits() -> PluginLimits {
+    PluginLimits {
+        compiler: Compiler::Subprocess(cli_binary()),
+        compile_deadline: Duration::from_secs(2),
+        ..PluginLimits::default()
+    }
+}
+
+fn runtime(limits: PluginLimits) -> PluginRuntime {
+    PluginRuntime::new(limits, Some(compile_cache())).unwrap()
+}
+
+/// Compiler children of this process alive for longer than `age` (other
+/// tests of this process may have younger ones).
+fn compiler_children_older_than(age: Duration) -> usize {
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let dir = e.path();
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // ppid is the 4th field, after the ")" closing the command name.
+            let fields: Vec<String> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default();
+            // After ")": state (0), ppid (1), …, starttime (19) in ticks.
+            let started = fields
+                .get(19)
+                .and_then(|t| t.parse::<f64>().ok())
+                .map(|t| t / 100.0)
+                .unwrap_or(uptime);
+            String::from_utf8_lossy(&cmdline).contains(lance_context_host::COMPILER_ARG)
+                && fields.get(1) == Some(&me)
+                && uptime - started > age.as_secs_f64()
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_its_deadline_is_stopped_and_tried_again_later() {
+    let rt = runtime(PluginLimits {
+        failed_ttl: Duration::from_millis(1500),
+        ..child_limits()
+    });
+    let slow = slow_component(10_000, 1);
+    let started = Instant::now();
+    let err = rt.load_async("slow", slow.clone(), vec![]).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            &err,
+            PluginError::Compile {
+                limit: CompileLimit::Deadline(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "the compile was not stopped at its deadline: {took:?}");
+    // The compiler was killed, not left burning CPU.
+    assert_eq!(
+        compiler_children_older_than(Duration::from_secs(3)),
+        0,
+        "a compiler child outlived its deadline"
+    );
+    // Remembered for a while: answered at once.
+    let started = Instant::now();
+    let again = rt.load_async("slow", slow.clone(), vec![]).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(again.to_string(), err.to_string());
+    // Then tried again, not refused forever.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let started = Instant::now();
+    let retried = rt.load_async("slow", slow, vec![]).await.unwrap_err();
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the retry did not compile again: {retried}"
+    );
+    // A good component compiles in a child and loads as before.
+    let good = rt.load_async("hostile", bytes("test_hostile"), vec![]).await;
+    assert!(good.is_ok(), "{:?}", good.err());
+}
+
+#[test]
+fn a_component_past_the_shape_limits_is_refused_before_compiling() {
+    let rt = runtime(child_limits());
+    let started = Instant::now();
+    let err = rt.load("globals", &globals_component(20_000), vec![]).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            PluginError::Compile {
+                limit: CompileLimit::Shape {
+                    what: "globals in a module",
+                    found: 20_000,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("20000 globals in a module"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(err.kind(), lance_context_host::ErrorKind::InvalidInput);
+}
+
+#[test]
+fn a_compile_past_its_memory_limit_is_reported_as_such() {
+    let rt = PluginRuntime::new(
+        PluginLimits {
+            // The rollout plugin needs ~50 MiB to compile.
+            compile_memory_bytes: 32 << 20,
+            compile_deadline: Duration::from_secs(30),
+            ..child_limits()
+        },
+        None,
+    )
+    .unwrap();
+    let err = rt.load("rollout", &bytes("rollout"), vec![]).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            PluginError::Compile {
+                limit: CompileLimit::Memory(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_failed_describe_is_remembered_for_a_while_then_run_again() {
+    let rt = runtime(PluginLimits {
+        call_deadline: Duration::from_millis(300),
+        failed_ttl: Duration::from_millis(800),
+        ..PluginLimits::default()
+    });
+    let hostile = bytes("test_hostile");
+    let looping = params(&[("mode", "loop")]);
+    let err = rt.load("hostile", &hostile, looping.clone()).unwrap_err();
+    assert!(matches!(err, PluginError::Timeout { .. }), "{err}");
+    let started = Instant::now();
+    let again = rt.load("hostile", &hostile, looping.clone()).unwrap_err();
+    assert!(matches!(again, PluginError::Timeout { .. }), "{again}");
+    assert!(started.elapsed() < Duration::from_millis(200), "describe ran again");
+    // Other parameters are another load.
+    assert!(rt.load("hostile", &hostile, vec![]).is_ok());
+    std::thread::sleep(Duration::from_millis(900));
+    let started = Instant::now();
+    let _ = rt.load("hostile", &hostile, looping).unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300), "not run again after the ttl");
+}
+
+#[test]
+fn the_compile_cache_stays_within_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let rt = PluginRuntime::new(
+        PluginLimits {
+            cache_bytes: 1,
+            ..PluginLimits::default()
+        },
+        Some(&cache),
+    )
+    .unwrap();
+    rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    rt.load("rollout", &bytes("rollout"), vec![]).unwrap();
+    let entries = std::fs::read_dir(&cache)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .count();
+    assert_eq!(entries, 0, "entries past the cache size were kept");
+    assert!(rt.cache_stats().unwrap().evicted >= 2);
+}
+
+#[test]
+fn a_row_error_past_the_batch_is_a_plugin_fault() {
+    let rt = runtime(PluginLimits::default());
+    let plugin = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    let batch = crate::sandbox::hostile_batch("rowmax");
+    let err = plugin.validate(&batch).unwrap_err();
+    assert!(matches!(err, PluginError::MalformedOutput { .. }), "{err}");
+    assert!(err.is_fault());
+    assert!(err.to_string().contains("4294967295"), "{err}");
+}
+
+#[test]
+fn a_row_error_past_the_batch_is_a_plugin_fault_in_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let wasm = lance_context_host::built_plugin("test_hostile");
+    let wasm = wasm.to_str().unwrap();
+    let sample = root.join("s.jsonl");
+    std::fs::write(&sample, "{\"id\": \"a\", \"mode\": \"rowmax\"}\n").unwrap();
+    let sample = sample.to_str().unwrap();
+    // plugin check: the fault is a problem it lists (exit 2, as for every
+    // problem it finds), not a crash of the host (exit 101 before).
+    let (code, out, err) = cli(root, &["plugin", "check", wasm, "--sample", sample], "");
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("malformed output: a row error names row 4294967295"), "{out}");
+    assert!(!err.contains("panicked"), "{err}");
+    // store create with that sample
+    let (code, _, err) = cli(
+        root,
+        &["store", "create", "h", "--plugin", wasm, "--sample", sample, "--root", "."],
+        "",
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("row 4294967295"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // add
+    let (code, _, err) = cli(root, &["store", "create", "h", "--plugin", wasm, "--root", "."], "");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(
+        root,
+        &["store", "add", "h", "--root", "."],
+        "{\"id\": \"b\", \"mode\": \"rowmax\"}\n",
+    );
+    assert_eq!(code, 6, "{err}");
+    assert!(err.contains("row 4294967295"), "{err}");
+}
+
+fn create_with_wasm(name: &str, wasm: &[u8], params: &[(&str, &str)]) -> CreateStore {
+    let mut create = CreateStore::builtin(name, "rollout");
+    create.plugin = None;
+    create.plugin_wasm_base64 = Some(base64::engine::general_purpose::STANDARD.encode(wasm));
+    for (k, v) in params {
+        create = create.param(k, json!(v));
+    }
+    create
+}
+
+/// p99 of `n` health requests, one after another.
+async fn health_p99(client: &Client, n: usize) -> Duration {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        client.health().await.unwrap();
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[(n * 99 / 100).min(n - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_answers_while_slow_compiles_and_looping_describes_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(
+        dir.path(),
+        &[
+            "--compile-deadline-secs",
+            "10",
+            "--plugin-load-wait-secs",
+            "4",
+        ],
+    );
+    let client = server.client();
+    let idle = health_p99(&client, 200).await;
+    let hostile = bytes("test_hostile");
+    let mut creates = Vec::new();
+    for i in 0..8 {
+        let c = client.clone();
+        let slow = slow_component(20_000, 100 + i);
+        creates.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let r = c
+                .create_store(&create_with_wasm(&format!("slow{i}"), &slow, &[]))
+                .await;
+            (started.elapsed(), r.map(|_| ()).map_err(|e| e.status()))
+        }));
+        let c = client.clone();
+        let hostile = hostile.clone();
+        creates.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let r = c
+                .create_store(&create_with_wasm(&format!("loop{i}"), &hostile, &[("mode", "loop"), ("n", &i.to_string())]))
+                .await;
+            (started.elapsed(), r.map(|_| ()).map_err(|e| e.status()))
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let loaded = health_p99(&client, 200).await;
+    let mut answers = Vec::new();
+    for c in creates {
+        answers.push(c.await.unwrap());
+    }
+    eprintln!("/health p99: idle {idle:?}, while loads run {loaded:?}");
+    let bound = idle.max(Duration::from_millis(1)) * 25;
+    assert!(
+        loaded <= bound,
+        "/health p99 {loaded:?} under load vs {idle:?} idle (bound {bound:?})"
+    );
+    for (took, answer) in &answers {
+        // Refused (400 compile, 502 describe, 503 busy), never accepted, and
+        // never held past the load wait plus one load's own bounds.
+        assert!(
+            matches!(answer, Err(Some(400 | 502 | 503))),
+            "{answer:?}"
+        );
+        assert!(*took < Duration::from_secs(4 + 10 + 5 + 2), "{took:?}");
+    }
+    assert!(answers.iter().any(|(_, a)| *a == Err(Some(503))), "{answers:?}");
+    // The server still serves a good create.
+    client
+        .create_store(&CreateStore::builtin("good", "rollout"))
+        .await
+        .unwrap();
+}
+
+fn looping_record(i: usize) -> Value {
+    json!({"id": format!("k{i}"), "mode": "loop"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_whose_plugin_runs_hot_does_not_starve_another_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let wasm = lance_context_host::built_plugin("test_hostile");
+    let (code, _, err) = cli(
+        root,
+        &["store", "create", "hot", "--plugin", wasm.to_str().unwrap(), "--root", "."],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let server = ServerProc::start(root, &["--plugin-call-deadline-ms", "2000"]);
+    let client = server.client();
+    client
+        .create_store(&CreateStore::builtin("calm", "rollout"))
+        .await
+        .unwrap();
+    let calm_add = |client: Client, i: usize| async move {
+        let started = Instant::now();
+        client
+            .add(
+                "calm",
+                &[json!({"id": format!("c{i}"), "rollout_id": "r", "sequence_order": i})],
+            )
+            .await
+            .unwrap();
+        started.elapsed()
+    };
+    let mut idle = Vec::new();
+    for i in 0..10 {
+        idle.push(calm_add(client.clone(), i).await);
+    }
+    idle.sort();
+    let mut hot = Vec::new();
+    for i in 0..32 {
+        let client = client.clone();
+        hot.push(tokio::spawn(async move {
+            let _ = client.add("hot", &[looping_record(i)]).await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut loaded = Vec::new();
+    for i in 10..20 {
+        loaded.push(calm_add(client.clone(), i).await);
+    }
+    loaded.sort();
+    let (idle_median, loaded_median) = (idle[5], loaded[5]);
+    eprintln!("add to another store, median: idle {idle_median:?}, while one loops {loaded_median:?}");
+    assert!(
+        loaded_median <= idle_median.max(Duration::from_millis(5)) * 10,
+        "an unrelated store's add took {loaded_median:?} (idle {idle_median:?}) while another store's plugin looped"
+    );
+    drop(server);
+    for h in hot {
+        h.abort();
+    }
+}
+
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_write_is_prepared_in_bounded_parts() {
+    use arrow_array::{Array, StringArray};
+    let rt = runtime(PluginLimits::default());
+    // 512 KiB of declared fixed-width data per row, filled with nulls.
+    let wide = rt
+        .load("hostile", &bytes("test_hostile"), params(&[("wide", "1")]))
+        .unwrap();
+    let rows = 150;
+    let ids: Vec<String> = (0..rows).map(|i| format!("r{i}")).collect();
+    let batch = arrow_array::RecordBatch::try_new(
+        std::sync::Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::Utf8,
+            false,
+        )])),
+        vec![std::sync::Arc::new(StringArray::from(ids))],
+    )
+    .unwrap();
+    let prepared = lance_context_host::prepare(&wide, &batch, 0).await.unwrap();
+    assert_eq!(prepared.num_rows(), rows);
+    assert_eq!(prepared.column_by_name("w").unwrap().null_count(), rows);
+    // Row errors of a later part are numbered in the whole batch.
+    let plugin = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    let many = 20_000;
+    let modes: Vec<&str> = (0..many)
+        .map(|i| if i == 16_384 { "errors" } else { "" })
+        .collect();
+    let ids: Vec<String> = (0..many).map(|i| format!("r{i}")).collect();
+    let batch = arrow_array::RecordBatch::try_new(
+        std::sync::Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
+            arrow_schema::Field::new("mode", arrow_schema::DataType::Utf8, true),
+        ])),
+        vec![
+            std::sync::Arc::new(StringArray::from(ids)),
+            std::sync::Arc::new(StringArray::from(modes)),
+        ],
+    )
+    .unwrap();
+    let err = lance_context_host::prepare(&plugin, &batch, 0).await.unwrap_err();
+    let rows: Vec<u32> = match &err {
+        lance_context_host::PipelineError::Plugin(e) => {
+            e.row_errors().unwrap().iter().map(|r| r.row).collect()
+        }
+        other => panic!("{other}"),
+    };
+    // (The hostile plugin reads its mode from a part's first row.)
+    assert_eq!(rows, [16_384]);
+}
