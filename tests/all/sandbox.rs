@@ -254,8 +254,8 @@ async fn plugin_output_is_untrusted_input() {
 
     // Many ordinary row errors: the first thousand are kept, the total told.
     let many = hostile("errors", 5000, b"");
-    let many = arrow_select::concat::concat_batches(&many.schema(), &vec![many.clone(); 5000])
-        .unwrap();
+    let many =
+        arrow_select::concat::concat_batches(&many.schema(), &vec![many.clone(); 5000]).unwrap();
     let err = bad.validate(&many).unwrap_err();
     let PluginError::Rejected { errors, total, .. } = &err else {
         panic!("{err}")

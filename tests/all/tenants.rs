@@ -5,6 +5,7 @@
 //! numbers are checked. The server cases run a real `lance-context serve`
 //! on loopback with real components.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -134,7 +135,10 @@ async fn a_compile_past_its_deadline_is_stopped_and_tried_again_later() {
     });
     let slow = slow_component(10_000, 1);
     let started = Instant::now();
-    let err = rt.load_async("slow", slow.clone(), vec![]).await.unwrap_err();
+    let err = rt
+        .load_async("slow", slow.clone(), vec![])
+        .await
+        .unwrap_err();
     let took = started.elapsed();
     assert!(
         matches!(
@@ -146,7 +150,10 @@ async fn a_compile_past_its_deadline_is_stopped_and_tried_again_later() {
         ),
         "{err}"
     );
-    assert!(took < Duration::from_secs(5), "the compile was not stopped at its deadline: {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the compile was not stopped at its deadline: {took:?}"
+    );
     // The compiler was killed, not left burning CPU.
     assert_eq!(
         compiler_children_older_than(Duration::from_secs(3)),
@@ -155,7 +162,10 @@ async fn a_compile_past_its_deadline_is_stopped_and_tried_again_later() {
     );
     // Remembered for a while: answered at once.
     let started = Instant::now();
-    let again = rt.load_async("slow", slow.clone(), vec![]).await.unwrap_err();
+    let again = rt
+        .load_async("slow", slow.clone(), vec![])
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(again.to_string(), err.to_string());
     // Then tried again, not refused forever.
@@ -167,7 +177,9 @@ async fn a_compile_past_its_deadline_is_stopped_and_tried_again_later() {
         "the retry did not compile again: {retried}"
     );
     // A good component compiles in a child and loads as before.
-    let good = rt.load_async("hostile", bytes("test_hostile"), vec![]).await;
+    let good = rt
+        .load_async("hostile", bytes("test_hostile"), vec![])
+        .await;
     assert!(good.is_ok(), "{:?}", good.err());
 }
 
@@ -175,7 +187,9 @@ async fn a_compile_past_its_deadline_is_stopped_and_tried_again_later() {
 fn a_component_past_the_shape_limits_is_refused_before_compiling() {
     let rt = runtime(child_limits());
     let started = Instant::now();
-    let err = rt.load("globals", &globals_component(20_000), vec![]).unwrap_err();
+    let err = rt
+        .load("globals", &globals_component(20_000), vec![])
+        .unwrap_err();
     assert!(
         matches!(
             &err,
@@ -190,7 +204,10 @@ fn a_component_past_the_shape_limits_is_refused_before_compiling() {
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("20000 globals in a module"), "{err}");
+    assert!(
+        err.to_string().contains("20000 globals in a module"),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(err.kind(), lance_context_host::ErrorKind::InvalidInput);
 }
@@ -234,13 +251,19 @@ fn a_failed_describe_is_remembered_for_a_while_then_run_again() {
     let started = Instant::now();
     let again = rt.load("hostile", &hostile, looping.clone()).unwrap_err();
     assert!(matches!(again, PluginError::Timeout { .. }), "{again}");
-    assert!(started.elapsed() < Duration::from_millis(200), "describe ran again");
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "describe ran again"
+    );
     // Other parameters are another load.
     assert!(rt.load("hostile", &hostile, vec![]).is_ok());
     std::thread::sleep(Duration::from_millis(900));
     let started = Instant::now();
     let _ = rt.load("hostile", &hostile, looping).unwrap_err();
-    assert!(started.elapsed() >= Duration::from_millis(300), "not run again after the ttl");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "not run again after the ttl"
+    );
 }
 
 #[test]
@@ -290,19 +313,28 @@ fn a_row_error_past_the_batch_is_a_plugin_fault_in_the_cli() {
     // problem it finds), not a crash of the host (exit 101 before).
     let (code, out, err) = cli(root, &["plugin", "check", wasm, "--sample", sample], "");
     assert_eq!(code, 2, "{out}{err}");
-    assert!(out.contains("malformed output: a row error names row 4294967295"), "{out}");
+    assert!(
+        out.contains("malformed output: a row error names row 4294967295"),
+        "{out}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     // store create with that sample
     let (code, _, err) = cli(
         root,
-        &["store", "create", "h", "--plugin", wasm, "--sample", sample, "--root", "."],
+        &[
+            "store", "create", "h", "--plugin", wasm, "--sample", sample, "--root", ".",
+        ],
         "",
     );
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("row 4294967295"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     // add
-    let (code, _, err) = cli(root, &["store", "create", "h", "--plugin", wasm, "--root", "."], "");
+    let (code, _, err) = cli(
+        root,
+        &["store", "create", "h", "--plugin", wasm, "--root", "."],
+        "",
+    );
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = cli(
         root,
@@ -323,16 +355,23 @@ fn create_with_wasm(name: &str, wasm: &[u8], params: &[(&str, &str)]) -> CreateS
     create
 }
 
-/// p99 of `n` health requests, one after another.
-async fn health_p99(client: &Client, n: usize) -> Duration {
-    let mut times = Vec::with_capacity(n);
+/// p99 of `n` health requests to each of `a` and `b`, alternating, so that
+/// both see the same noise from the rest of the machine.
+async fn health_p99(a: &Client, b: &Client, n: usize) -> (Duration, Duration) {
+    let mut times = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let started = Instant::now();
-        client.health().await.unwrap();
-        times.push(started.elapsed());
+        a.health().await.unwrap();
+        times.0.push(started.elapsed());
+        let started = Instant::now();
+        b.health().await.unwrap();
+        times.1.push(started.elapsed());
     }
-    times.sort();
-    times[(n * 99 / 100).min(n - 1)]
+    let p99 = |mut t: Vec<Duration>| {
+        t.sort();
+        t[(n * 99 / 100).min(n - 1)]
+    };
+    (p99(times.0), p99(times.1))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -348,7 +387,11 @@ async fn health_answers_while_slow_compiles_and_looping_describes_load() {
         ],
     );
     let client = server.client();
-    let idle = health_p99(&client, 200).await;
+    // An idle server beside it: the baseline under the same machine noise
+    // (other tests, the compiles' CPU).
+    let control_dir = tempfile::tempdir().unwrap();
+    let control = ServerProc::start(control_dir.path(), &[]);
+    let (idle, _) = health_p99(&client, &control.client(), 100).await;
     let hostile = bytes("test_hostile");
     let mut creates = Vec::new();
     for i in 0..8 {
@@ -366,33 +409,39 @@ async fn health_answers_while_slow_compiles_and_looping_describes_load() {
         creates.push(tokio::spawn(async move {
             let started = Instant::now();
             let r = c
-                .create_store(&create_with_wasm(&format!("loop{i}"), &hostile, &[("mode", "loop"), ("n", &i.to_string())]))
+                .create_store(&create_with_wasm(
+                    &format!("loop{i}"),
+                    &hostile,
+                    &[("mode", "loop"), ("n", &i.to_string())],
+                ))
                 .await;
             (started.elapsed(), r.map(|_| ()).map_err(|e| e.status()))
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let loaded = health_p99(&client, 200).await;
+    let (loaded, baseline) = health_p99(&client, &control.client(), 200).await;
     let mut answers = Vec::new();
     for c in creates {
         answers.push(c.await.unwrap());
     }
-    eprintln!("/health p99: idle {idle:?}, while loads run {loaded:?}");
-    let bound = idle.max(Duration::from_millis(1)) * 25;
+    eprintln!(
+        "/health p99: idle {idle:?}; while loads run {loaded:?}, an idle server beside it {baseline:?}"
+    );
+    let bound = baseline.max(Duration::from_millis(1)) * 10;
     assert!(
         loaded <= bound,
-        "/health p99 {loaded:?} under load vs {idle:?} idle (bound {bound:?})"
+        "/health p99 {loaded:?} while loads run vs {baseline:?} on an idle server beside it (bound {bound:?})"
     );
     for (took, answer) in &answers {
         // Refused (400 compile, 502 describe, 503 busy), never accepted, and
         // never held past the load wait plus one load's own bounds.
-        assert!(
-            matches!(answer, Err(Some(400 | 502 | 503))),
-            "{answer:?}"
-        );
+        assert!(matches!(answer, Err(Some(400 | 502 | 503))), "{answer:?}");
         assert!(*took < Duration::from_secs(4 + 10 + 5 + 2), "{took:?}");
     }
-    assert!(answers.iter().any(|(_, a)| *a == Err(Some(503))), "{answers:?}");
+    assert!(
+        answers.iter().any(|(_, a)| *a == Err(Some(503))),
+        "{answers:?}"
+    );
     // The server still serves a good create.
     client
         .create_store(&CreateStore::builtin("good", "rollout"))
@@ -411,13 +460,30 @@ async fn a_store_whose_plugin_runs_hot_does_not_starve_another_store() {
     let wasm = lance_context_host::built_plugin("test_hostile");
     let (code, _, err) = cli(
         root,
-        &["store", "create", "hot", "--plugin", wasm.to_str().unwrap(), "--root", "."],
+        &[
+            "store",
+            "create",
+            "hot",
+            "--plugin",
+            wasm.to_str().unwrap(),
+            "--root",
+            ".",
+        ],
         "",
     );
     assert_eq!(code, 0, "{err}");
-    let server = ServerProc::start(root, &["--plugin-call-deadline-ms", "2000"]);
+    let server = ServerProc::start(root, &[]);
     let client = server.client();
     client
+        .create_store(&CreateStore::builtin("calm", "rollout"))
+        .await
+        .unwrap();
+    // An idle server beside it, with a store like "calm": the baseline under
+    // the same machine noise (the hot plugin's CPU, other tests).
+    let control_dir = tempfile::tempdir().unwrap();
+    let control = ServerProc::start(control_dir.path(), &[]);
+    control
+        .client()
         .create_store(&CreateStore::builtin("calm", "rollout"))
         .await
         .unwrap();
@@ -432,6 +498,11 @@ async fn a_store_whose_plugin_runs_hot_does_not_starve_another_store() {
             .unwrap();
         started.elapsed()
     };
+    // Opened (its plugin loaded) before the burst.
+    client
+        .add("hot", &[json!({"id": "warm", "mode": ""})])
+        .await
+        .unwrap();
     let mut idle = Vec::new();
     for i in 0..10 {
         idle.push(calm_add(client.clone(), i).await);
@@ -444,24 +515,32 @@ async fn a_store_whose_plugin_runs_hot_does_not_starve_another_store() {
             let _ = client.add("hot", &[looping_record(i)]).await;
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut loaded = Vec::new();
+    // Every slot the hot store may take is taken (its calls loop for 5 s).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (mut loaded, mut beside) = (Vec::new(), Vec::new());
     for i in 10..20 {
         loaded.push(calm_add(client.clone(), i).await);
+        beside.push(calm_add(control.client(), i).await);
     }
     loaded.sort();
-    let (idle_median, loaded_median) = (idle[5], loaded[5]);
-    eprintln!("add to another store, median: idle {idle_median:?}, while one loops {loaded_median:?}");
+    beside.sort();
+    // The slowest add against the idle server's median at the same time:
+    // one add stuck behind the hot store's calls is the starvation (21 s
+    // before); the hot plugin's CPU use slows both servers alike.
+    let (baseline, slowest) = (beside[5], loaded[9]);
+    eprintln!(
+        "add to another store: idle median {:?}; while another store's plugin loops: slowest {slowest:?}, an idle server's median {baseline:?}",
+        idle[5]
+    );
     assert!(
-        loaded_median <= idle_median.max(Duration::from_millis(5)) * 10,
-        "an unrelated store's add took {loaded_median:?} (idle {idle_median:?}) while another store's plugin looped"
+        slowest <= baseline.max(Duration::from_millis(5)) * 10,
+        "an unrelated store's add took {slowest:?} (an idle server's median {baseline:?}) while another store's plugin looped"
     );
     drop(server);
     for h in hot {
         h.abort();
     }
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_write_is_prepared_in_bounded_parts() {
@@ -503,7 +582,9 @@ async fn a_large_write_is_prepared_in_bounded_parts() {
         ],
     )
     .unwrap();
-    let err = lance_context_host::prepare(&plugin, &batch, 0).await.unwrap_err();
+    let err = lance_context_host::prepare(&plugin, &batch, 0)
+        .await
+        .unwrap_err();
     let rows: Vec<u32> = match &err {
         lance_context_host::PipelineError::Plugin(e) => {
             e.row_errors().unwrap().iter().map(|r| r.row).collect()
@@ -512,4 +593,51 @@ async fn a_large_write_is_prepared_in_bounded_parts() {
     };
     // (The hostile plugin reads its mode from a part's first row.)
     assert_eq!(rows, [16_384]);
+}
+
+#[test]
+fn call_slots_are_per_plugin_within_the_runtime_cap() {
+    let rt = Arc::new(runtime(PluginLimits {
+        call_deadline: Duration::from_secs(2),
+        max_concurrent_calls: 2,
+        calls_per_plugin: 1,
+        slot_wait: Duration::from_secs(10),
+        ..PluginLimits::default()
+    }));
+    let hot = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    let calm = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    let third = rt.load("hostile", &bytes("test_hostile"), vec![]).unwrap();
+    let looping = crate::sandbox::hostile_batch("loop");
+    let quiet = crate::sandbox::hostile_batch("");
+    // Two calls of the hot plugin: the second waits behind the first (its
+    // own slot), leaving the runtime's second slot to others.
+    let spawn = |p: lance_context_host::LoadedPlugin, b: arrow_array::RecordBatch| {
+        std::thread::spawn(move || p.validate(&b))
+    };
+    let first = spawn(hot.clone(), looping.clone());
+    let second = spawn(hot.clone(), looping.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    calm.validate(&quiet).unwrap();
+    let calm_took = started.elapsed();
+    assert!(
+        calm_took < Duration::from_secs(1),
+        "calm waited {calm_took:?}"
+    );
+    // With the calm plugin looping too, the runtime's two slots are taken:
+    // a third plugin waits for one.
+    let calm_loop = spawn(calm.clone(), looping.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    third.validate(&quiet).unwrap();
+    assert!(
+        started.elapsed() > Duration::from_millis(500),
+        "the runtime cap did not hold"
+    );
+    for t in [first, second, calm_loop] {
+        assert!(matches!(
+            t.join().unwrap(),
+            Err(PluginError::Timeout { .. })
+        ));
+    }
 }

@@ -660,7 +660,9 @@ fn part_rows(plugin: &LoadedPlugin) -> usize {
         .map(|f| crate::spec::fixed_width_bytes(f.data_type()))
         .sum();
     let rows = PREPARE_BYTES / width.max(1);
-    usize::try_from(rows).unwrap_or(usize::MAX).clamp(1, PREPARE_ROWS)
+    usize::try_from(rows)
+        .unwrap_or(usize::MAX)
+        .clamp(1, PREPARE_ROWS)
 }
 
 /// Row errors kept over all parts of one write (as one call keeps).

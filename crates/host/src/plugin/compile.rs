@@ -143,7 +143,11 @@ pub(crate) fn check_shape(bytes: &[u8], limits: &ShapeLimits) -> Result<(), Comp
             }
             wasmparser::Payload::CodeSectionEntry(body) => {
                 let size = body.range().len() as u64;
-                over("bytes of a function body", size, limits.function_bytes as u64)?;
+                over(
+                    "bytes of a function body",
+                    size,
+                    limits.function_bytes as u64,
+                )?;
                 let mut locals = 0u64;
                 let reader = body
                     .get_locals_reader()
@@ -239,8 +243,11 @@ pub(crate) fn compile_in_child(
     if !status.success() {
         return Err(failed(child_failure(status, message, bounds)));
     }
-    deserialize_own(engine, &artifact)
-        .map_err(|e| failed(CompileLimit::Invalid(format!("loading the compiled code: {e:#}"))))
+    deserialize_own(engine, &artifact).map_err(|e| {
+        failed(CompileLimit::Invalid(format!(
+            "loading the compiled code: {e:#}"
+        )))
+    })
 }
 
 /// Why a compiler child ended without an artifact.

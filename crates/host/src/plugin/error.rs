@@ -210,7 +210,9 @@ pub enum PluginError {
     },
     /// The load queue stayed full (or no loader picked this load up) for
     /// longer than the load wait allows.
-    #[error("plugin {plugin}: no loader came free within {waited:?} ({queued} loads queued); retry later")]
+    #[error(
+        "plugin {plugin}: no loader came free within {waited:?} ({queued} loads queued); retry later"
+    )]
     LoadBusy {
         /// The plugin's name.
         plugin: String,

@@ -22,9 +22,9 @@ use super::cache::{CacheStats, CompileCache};
 use super::compile::{ChildBounds, Compiler, ShapeLimits, check_shape, compile_in_child};
 use super::error::{PluginError, plugin_text};
 use super::loader::{Loader, NotRun};
-use super::slots::Slots;
 use super::output::{assemble, check_derived, json_document, panic_message};
 use super::sandbox::{self, HostState};
+use super::slots::Slots;
 use crate::spec::{KeyRule, SchemaSpec, SpecProblem, VectorSpec};
 
 pub use lance_context_wire::ABI_VERSION;
@@ -388,9 +388,8 @@ impl PluginRuntime {
         let shared = self.shared.clone();
         let plugin = plugin_text(label, abi::MAX_NAME);
         let label = label.to_string();
-        let job = move || {
-            load_checked(&shared, &label, &bytes, params).map_err(PluginError::sanitized)
-        };
+        let job =
+            move || load_checked(&shared, &label, &bytes, params).map_err(PluginError::sanitized);
         let wait = self.shared.limits.load_wait;
         match self.shared.loader.run(job, wait).await {
             Ok(loaded) => loaded,
@@ -433,7 +432,10 @@ fn load_checked(
     }
     let sha256 = crate::sha256_hex(bytes);
     let (component, fresh) = component(shared, &label, &sha256, bytes)?;
-    let described = format!("describe:{sha256}:{}", crate::sha256_hex(format!("{params:?}").as_bytes()));
+    let described = format!(
+        "describe:{sha256}:{}",
+        crate::sha256_hex(format!("{params:?}").as_bytes())
+    );
     if let Some(error) = shared.failed_before(&described) {
         return Err(error);
     }

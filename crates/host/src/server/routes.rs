@@ -451,7 +451,15 @@ async fn create_store(
 ) -> Result<Response, ApiError> {
     // The role first: an anonymous caller gets 401 before its body is read.
     authorize(&state.config.tokens, &headers, None, Role::Admin)?;
-    let create: CreateStore = json_body(&state, body).await?;
+    // A create's body carries a component (megabytes of base64): parsed
+    // and decoded off the async workers, as the load is.
+    let bytes = read_body(&state, body).await?;
+    let create: CreateStore = tokio::task::spawn_blocking(move || {
+        serde_json::from_slice::<CreateStore>(&bytes)
+            .map_err(|e| ApiError::invalid(format!("the body: {e}")))
+    })
+    .await
+    .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("reading the body: {e}")))??;
     authorize(
         &state.config.tokens,
         &headers,
@@ -470,9 +478,15 @@ async fn create_store(
         (Some(p), None, None) => SchemaSource::Builtin(p),
         (None, Some(b64), None) => SchemaSource::Plugin {
             label: format!("{}.wasm", create.name),
-            bytes: base64::engine::general_purpose::STANDARD
-                .decode(b64.as_bytes())
-                .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))?,
+            bytes: tokio::task::spawn_blocking(move || {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.as_bytes())
+                    .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))
+            })
+            .await
+            .map_err(|e| {
+                ApiError::of_kind(ErrorKind::Internal, format!("decoding the plugin: {e}"))
+            })??,
         },
         (None, None, Some(spec)) => {
             SchemaSource::Spec(SchemaSpec::from_json(&spec.to_string()).map_err(ApiError::from)?)
