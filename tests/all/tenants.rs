@@ -55,8 +55,13 @@ fn slow_component(values: u32, salt: i32) -> Vec<u8> {
     component.finish()
 }
 
-/// A component whose module defines `n` globals.
+/// A component whose module defines `n` globals (each initialised by an
+/// extended constant expression when `extended`).
 fn globals_component(n: u32) -> Vec<u8> {
+    globals_of(n, false)
+}
+
+fn globals_of(n: u32, extended: bool) -> Vec<u8> {
     use wasm_encoder::{
         Component, ConstExpr, GlobalSection, GlobalType, Module, ModuleSection, ValType,
     };
@@ -69,7 +74,13 @@ fn globals_component(n: u32) -> Vec<u8> {
                 mutable: true,
                 shared: false,
             },
-            &ConstExpr::i32_const(i as i32),
+            &if extended {
+                ConstExpr::i32_const(i as i32)
+                    .with_i32_const(1)
+                    .with_i32_add()
+            } else {
+                ConstExpr::i32_const(i as i32)
+            },
         );
     }
     module.section(&globals);
@@ -235,6 +246,7 @@ fn a_compile_past_its_memory_limit_is_reported_as_such() {
         ),
         "{err}"
     );
+    assert!(err.to_string().contains("MemFlagsSetOverflow"), "{err}");
 }
 
 #[test]
@@ -640,4 +652,29 @@ fn call_slots_are_per_plugin_within_the_runtime_cap() {
             Err(PluginError::Timeout { .. })
         ));
     }
+}
+
+#[test]
+fn a_compiler_panic_is_reported_as_such() {
+    // Past the default shape limits; with them raised, 100,000 globals with
+    // extended constant initialisers make Cranelift panic
+    // (`MemFlagsSetOverflow`): contained in the compiler process and named.
+    let mut limits = child_limits();
+    limits.shape.globals = 1_000_000;
+    limits.compile_deadline = Duration::from_secs(60);
+    let rt = PluginRuntime::new(limits, None).unwrap();
+    let err = rt
+        .load("globals", &globals_of(100_000, true), vec![])
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            PluginError::Compile {
+                limit: CompileLimit::CompilerPanic(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("MemFlagsSetOverflow"), "{err}");
 }
