@@ -31,8 +31,9 @@ use tokio_util::task::TaskTracker;
 
 use super::watched::{Tracked, Watched};
 
-/// The largest request head hyper buffers (bytes): a head past it is
-/// answered 431 (and a URI over 65,534 bytes 414) before the router runs.
+/// hyper's read buffer, and so the largest request head (bytes): a head
+/// past it is answered 431 (and a URI over 65,534 bytes 414) before the
+/// router runs.
 pub(crate) const MAX_BUFFERED_HEAD: usize = 128 << 10;
 
 /// How connections are bounded.
@@ -128,7 +129,11 @@ impl Activity {
     /// least every `step`, which is no longer than any deadline that can
     /// start meanwhile.
     async fn expired(&self, limits: &Limits) {
-        let step = limits.header_timeout.min(limits.idle_timeout);
+        // (At least 100 ms: a zero timeout must not make this spin.)
+        let step = limits
+            .header_timeout
+            .min(limits.idle_timeout)
+            .max(Duration::from_millis(100));
         loop {
             let now = Instant::now();
             let next = match self.deadline(limits) {

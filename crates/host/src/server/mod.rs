@@ -182,13 +182,19 @@ impl Server {
         let state = self.state.clone();
         let app = routes::router(state.clone());
         let config = &state.config;
+        // Deadlines are instants: a year is long enough and cannot overflow.
+        let bounded = |d: Duration| d.min(Duration::from_secs(365 * 86_400));
         let limits = connections::Limits {
-            header_timeout: config.header_timeout,
-            idle_timeout: config.idle_timeout,
+            header_timeout: bounded(config.header_timeout),
+            idle_timeout: bounded(config.idle_timeout),
             max_connections: config.max_connections,
             // After the signal, connections get a grace period to finish (a
             // client that never completes its request does not hold shutdown).
-            grace: config.request_timeout + Duration::from_secs(5),
+            grace: bounded(
+                config
+                    .request_timeout
+                    .saturating_add(Duration::from_secs(5)),
+            ),
         };
         let signal = CancellationToken::new();
         let signalled = signal.clone();

@@ -122,6 +122,8 @@ fn document(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             "408",
             "the request's body did not arrive within the deadline",
         ),
+        ("414", "the URI is too long"),
+        ("431", "the request's header fields or head are too large"),
         ("500", "an internal or storage error"),
         (
             "503",

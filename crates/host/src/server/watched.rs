@@ -138,6 +138,10 @@ impl AsyncWrite for Watched {
 /// `None` for anything else.
 fn json_answer(written: &[u8]) -> Option<Vec<u8>> {
     const EMPTY: &str = "\r\ncontent-length: 0\r\n";
+    // hyper's answer is a short 4xx head; most writes are ruled out here.
+    if written.len() > 1024 || !written.starts_with(b"HTTP/1.1 4") {
+        return None;
+    }
     let text = std::str::from_utf8(written).ok()?;
     let status = text.strip_prefix("HTTP/1.1 ")?.get(..3)?;
     // Exactly one head without a body.
