@@ -49,6 +49,18 @@ impl ServerProc {
         Client::new(&self.url)
     }
 
+    /// `host:port`, for raw TCP clients.
+    pub fn addr(&self) -> String {
+        self.url.trim_start_matches("http://").to_string()
+    }
+
+    /// The server's open file descriptors (Linux: `/proc/<pid>/fd`).
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .unwrap()
+            .count()
+    }
+
     /// SIGTERM, then the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
@@ -1048,4 +1060,241 @@ async fn with_json_every_stderr_line_of_the_server_parses() {
         lines.iter().all(|l| l["log"]["level"] == "INFO"),
         "nothing to warn of: {err}"
     );
+}
+
+/// Read from `s` until the server closes it (end of stream or a reset) or
+/// `within` passes; the time it took to close, with what was read.
+fn wait_closed(
+    s: &mut std::net::TcpStream,
+    within: std::time::Duration,
+) -> (Option<std::time::Duration>, Vec<u8>) {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    while started.elapsed() < within {
+        s.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return (Some(started.elapsed()), got),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (Some(started.elapsed()), got),
+        }
+    }
+    (None, got)
+}
+
+/// One raw request on a new connection (the server closes it: the request
+/// says `Connection: close` or is refused); the status and the body.
+fn raw_exchange(addr: &str, request: &[u8]) -> (u16, Vec<u8>) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    // The server may answer before reading everything sent.
+    let _ = s.write_all(request);
+    let (closed, answer) = wait_closed(&mut s, std::time::Duration::from_secs(10));
+    assert!(closed.is_some(), "the connection stayed open");
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = match answer.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(at) => answer[at + 4..].to_vec(),
+        None => Vec::new(),
+    };
+    (status, body)
+}
+
+/// Issue 37: a connection that sends part of a request line and stops, one
+/// that sends a header line every half second, and one that stays idle
+/// after a complete request are each closed by the server at its timeout
+/// (before: held for minutes); a kept-alive connection idle past the header
+/// timeout, but within the idle timeout, still serves its next request.
+#[test]
+fn slow_and_idle_connections_are_closed_at_their_timeouts() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(
+        dir.path(),
+        &["--header-timeout-secs", "1", "--idle-timeout-secs", "2"],
+    );
+    let addr = server.addr();
+    // (a) half a request line, then nothing.
+    let half = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /hea").unwrap();
+            wait_closed(&mut s, Duration::from_secs(6)).0
+        })
+    };
+    // (b) a header line every 0.5 s.
+    let trickle = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            let started = Instant::now();
+            s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").unwrap();
+            for i in 0..12 {
+                if write!(s, "X-Slow-{i}: 1\r\n").is_err() {
+                    return Some(started.elapsed());
+                }
+                if wait_closed(&mut s, Duration::from_millis(500)).0.is_some() {
+                    return Some(started.elapsed());
+                }
+            }
+            None
+        })
+    };
+    // (c) a complete request, an idle wait longer than the header timeout,
+    // a second request, then idle until the server closes.
+    let idle = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            let mut answers = Vec::new();
+            for _ in 0..2 {
+                s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .unwrap();
+                let (closed, got) = wait_closed(&mut s, Duration::from_millis(1500));
+                assert!(closed.is_none(), "closed within the idle timeout");
+                answers.push(String::from_utf8_lossy(&got).to_string());
+            }
+            (answers, wait_closed(&mut s, Duration::from_secs(6)).0)
+        })
+    };
+    // Every case is checked before failing, so that each one's result shows.
+    let mut problems = Vec::new();
+    let half = half.join().unwrap();
+    if half.is_none_or(|t| t >= Duration::from_secs(3)) {
+        problems.push(format!("a half-sent request line was held: {half:?}"));
+    }
+    let trickle = trickle.join().unwrap();
+    if trickle.is_none_or(|t| t >= Duration::from_secs(3)) {
+        problems.push(format!(
+            "a connection sending a header line every 0.5 s was held: {trickle:?}"
+        ));
+    }
+    let (answers, idle) = idle.join().unwrap();
+    if !answers.iter().all(|a| a.starts_with("HTTP/1.1 200")) {
+        problems.push(format!("a kept-alive request failed: {answers:?}"));
+    }
+    if !idle.is_some_and(|t| t >= Duration::from_millis(300) && t < Duration::from_secs(3)) {
+        problems.push(format!(
+            "an idle connection was not closed at the idle timeout: {idle:?}"
+        ));
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Issue 37: with `--max-connections 8`, 50 connections that send nothing
+/// do not raise the server's open files beyond the cap (before: one each),
+/// `/health` still answers while they are open (the longest-idle one is
+/// closed to make room), and once the header timeout has closed them the
+/// server's files are back to where they were.
+#[test]
+fn the_connection_cap_bounds_the_servers_open_files() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(
+        dir.path(),
+        &[
+            "--max-connections",
+            "8",
+            "--header-timeout-secs",
+            "3",
+            "--idle-timeout-secs",
+            "3",
+        ],
+    );
+    let addr = server.addr();
+    let health = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_eq!(raw_exchange(&addr, health).0, 200);
+    let base = server.open_fds();
+    let idle: Vec<std::net::TcpStream> = (0..50)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let open = server.open_fds();
+    assert!(
+        open <= base + 8 + 2,
+        "{open} files open with 50 idle connections (base {base}, cap 8)"
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(raw_exchange(&addr, health).0, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "/health waited {:?} behind idle connections",
+        started.elapsed()
+    );
+    assert!(server.open_fds() <= base + 8 + 2);
+    // The header timeout closes them all.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(raw_exchange(&addr, health).0, 200);
+    let after = server.open_fds();
+    assert!(after <= base + 1, "{after} files open after (base {base})");
+    drop(idle);
+}
+
+/// Issue 37: a URI or a request head too large is answered with the API's
+/// JSON error body (before: 414 and 431 with empty bodies), as is a request
+/// line that does not parse.
+#[test]
+fn oversized_uris_and_heads_get_json_error_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &[]);
+    let addr = server.addr();
+    let long_uri = format!(
+        "GET /api/v1/stores/{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let many_headers: String = (0..100)
+        .map(|i| format!("X-Filler-{i}: {}\r\n", "v".repeat(1000)))
+        .collect();
+    let one_header = format!("X-Filler: {}\r\n", "v".repeat(100_000));
+    let head = |headers: &str| {
+        format!("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}\r\n")
+    };
+    let mut problems = Vec::new();
+    for (what, request, status, code) in [
+        ("a 100 KB URI", long_uri, 414, "uri_too_long"),
+        (
+            "100 KB in 100 headers",
+            head(&many_headers),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "a 100 KB header",
+            head(&one_header),
+            431,
+            "headers_too_large",
+        ),
+        (
+            "a request line that does not parse",
+            "GE(T / HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+            400,
+            "invalid_input",
+        ),
+    ] {
+        let (got, body) = raw_exchange(&addr, request.as_bytes());
+        let e: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if got != status || e["error"]["code"] != code || !e["error"]["message"].is_string() {
+            problems.push(format!(
+                "{what}: {got} {:?}, expected {status} with code {code}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    // The server still serves.
+    let health = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_eq!(raw_exchange(&addr, health).0, 200);
 }

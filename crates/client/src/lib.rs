@@ -43,7 +43,8 @@ pub struct ApiError {
     /// A stable code: the error kind (`invalid_input`, `rejected`,
     /// `not_found`, `already_exists`, `conflict`, `busy`, `unavailable`,
     /// `plugin_fault`, `storage`, `corrupt`, `internal`), or
-    /// `unauthorized`, `forbidden`, `payload_too_large`, `deadline`.
+    /// `unauthorized`, `forbidden`, `method_not_allowed`, `payload_too_large`,
+    /// `uri_too_long`, `headers_too_large`, `deadline`.
     pub code: String,
     /// What went wrong, for a person.
     pub message: String,

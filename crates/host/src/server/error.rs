@@ -140,6 +140,21 @@ impl<E: std::error::Error + 'static> From<E> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The error body as JSON bytes (for answers written below the router).
+    pub fn to_json(&self) -> Vec<u8> {
+        let body = ErrorBody {
+            error: Body {
+                code: self.code.clone(),
+                message: self.message.clone(),
+                details: self.details.clone(),
+            },
+        };
+        // Strings and a JSON value: serialising cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry = self.status == StatusCode::SERVICE_UNAVAILABLE;

@@ -4,13 +4,17 @@
 //! Each store is opened once, with its writer, on first use and kept open;
 //! every operation on it runs in a task of its own (a client that goes away
 //! does not cancel a write half-way) under the store's concurrency limit and
-//! the request deadline. Shutdown stops accepting, lets the requests and
-//! their tasks finish, then closes every store (flush and release).
+//! the request deadline. Connections are bounded in number and in how long
+//! they may wait (`connections`). Shutdown stops accepting, lets the
+//! requests and their tasks finish, then closes every store (flush and
+//! release).
 
 mod auth;
+mod connections;
 mod error;
 mod records;
 mod routes;
+mod watched;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, Semaphore};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use auth::{Role, Token, TokensFile};
@@ -49,11 +54,22 @@ pub struct ServerConfig {
     /// The plugins' limits and quotas: call slots per store and in all,
     /// loaders, compile bounds (see [`PluginLimits`]).
     pub plugin_limits: PluginLimits,
+    /// How long a request's head (request line and headers) may take to
+    /// arrive, from the connection's start or from the head's first byte
+    /// after an idle wait; then the connection is closed.
+    pub header_timeout: Duration,
+    /// How long a connection may wait between requests; then it is closed.
+    pub idle_timeout: Duration,
+    /// Connections open at once. At the cap the connection that has waited
+    /// longest without a request in progress is closed to make room; when
+    /// every one is serving a request, new connections wait unaccepted.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
     /// Defaults: 64 MiB bodies, 60 s deadline, 32 operations per store,
-    /// 2 s queue wait.
+    /// 2 s queue wait, 10 s header timeout, 60 s idle timeout, 1024
+    /// connections.
     pub fn new(root: impl Into<PathBuf>, addr: SocketAddr) -> Self {
         Self {
             root: root.into(),
@@ -65,6 +81,9 @@ impl ServerConfig {
             queue_wait: Duration::from_secs(2),
             storage_options: HashMap::new(),
             plugin_limits: PluginLimits::default(),
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 }
@@ -166,26 +185,28 @@ impl Server {
     ) -> Result<(), ServerError> {
         let state = self.state.clone();
         let app = routes::router(state.clone());
-        // After the signal, connections get a grace period to finish (a
-        // client that never completes its request does not hold shutdown).
-        let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
-        let serving = axum::serve(self.listener, app).with_graceful_shutdown(async move {
+        let config = &state.config;
+        // Deadlines are instants: a year is long enough and cannot overflow.
+        let bounded = |d: Duration| d.min(Duration::from_secs(365 * 86_400));
+        let limits = connections::Limits {
+            header_timeout: bounded(config.header_timeout),
+            idle_timeout: bounded(config.idle_timeout),
+            max_connections: config.max_connections,
+            // After the signal, connections get a grace period to finish (a
+            // client that never completes its request does not hold shutdown).
+            grace: bounded(
+                config
+                    .request_timeout
+                    .saturating_add(Duration::from_secs(5)),
+            ),
+        };
+        let signal = CancellationToken::new();
+        let signalled = signal.clone();
+        tokio::spawn(async move {
             shutdown.await;
-            let _ = signalled.send(());
+            signalled.cancel();
         });
-        let grace = state.config.request_timeout + Duration::from_secs(5);
-        tokio::select! {
-            served = serving => served?,
-            () = async {
-                if on_signal.await.is_ok() {
-                    tokio::time::sleep(grace).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            } => {
-                tracing::warn!("connections still open {grace:?} after the shutdown signal: closing them");
-            }
-        }
+        connections::serve(self.listener, app, limits, signal).await;
         // The store operations requests started run to their end.
         state.tasks.close();
         state.tasks.wait().await;

@@ -32,6 +32,10 @@ type Shared = Arc<AppState>;
 /// Largest page of `GET …/records`.
 const MAX_PAGE: usize = 10_000;
 
+/// Most bytes of header fields (names and values) a request may send
+/// (more: 431). hyper refuses a head over its buffer before this runs.
+const MAX_HEADER_BYTES: usize = 64 << 10;
+
 /// The API's OpenAPI document and its routes, from the same annotations:
 /// every route is in the document by construction.
 #[derive(utoipa::OpenApi)]
@@ -118,6 +122,8 @@ fn document(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             "408",
             "the request's body did not arrive within the deadline",
         ),
+        ("414", "the URI is too long"),
+        ("431", "the request's header fields or head are too large"),
         ("500", "an internal or storage error"),
         (
             "503",
@@ -199,7 +205,29 @@ pub(crate) fn router(state: Shared) -> axum::Router {
         // Errors axum answers itself (a wrong method, a query string or path
         // that does not parse) get the API's JSON error body too.
         .layer(axum::middleware::map_response(json_errors))
+        .layer(axum::middleware::map_request(bounded_headers))
         .with_state(state)
+}
+
+/// A request whose header fields exceed [`MAX_HEADER_BYTES`]: 431.
+async fn bounded_headers(
+    request: axum::extract::Request,
+) -> Result<axum::extract::Request, ApiError> {
+    let bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if bytes > MAX_HEADER_BYTES {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "the header fields take {bytes} bytes; at most {MAX_HEADER_BYTES} are accepted"
+            ),
+        ));
+    }
+    Ok(request)
 }
 
 async fn json_errors(response: Response) -> Response {

@@ -19,9 +19,10 @@ fn failed(e: ClientError) -> anyhow::Error {
     // The server's codes are the kinds' names, plus a few of its own.
     let kind = match e.code() {
         Some("deadline") => ErrorKind::Busy,
-        Some("unauthorized" | "forbidden" | "payload_too_large" | "method_not_allowed") => {
-            ErrorKind::InvalidInput
-        }
+        Some(
+            "unauthorized" | "forbidden" | "payload_too_large" | "method_not_allowed"
+            | "uri_too_long" | "headers_too_large",
+        ) => ErrorKind::InvalidInput,
         Some(code) => ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal),
         None => ErrorKind::Internal,
     };

@@ -33,6 +33,17 @@ pub struct ServeCommand {
     /// Operations running at once per store (more wait, then 503).
     #[arg(long, default_value_t = 32)]
     store_concurrency: usize,
+    /// Seconds a request's head may take to arrive, from the connection's
+    /// start or the head's first byte (then the connection is closed).
+    #[arg(long, default_value_t = 10)]
+    header_timeout_secs: u64,
+    /// Seconds a connection may stay idle between requests.
+    #[arg(long, default_value_t = 60)]
+    idle_timeout_secs: u64,
+    /// Connections open at once (at the cap, the longest idle is closed to
+    /// make room; new ones wait while every one is serving a request).
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     /// Storage option `key=value` for stores that need them; repeatable.
     #[arg(long = "storage-option", value_parser = parse_storage_option)]
     storage_options: Vec<StorageOption>,
@@ -92,6 +103,9 @@ impl ServeCommand {
             compile_memory_bytes: self.compile_memory_mib.max(64) << 20,
             ..lance_context_host::PluginLimits::default()
         };
+        config.header_timeout = Duration::from_secs(self.header_timeout_secs.max(1));
+        config.idle_timeout = Duration::from_secs(self.idle_timeout_secs.max(1));
+        config.max_connections = self.max_connections.max(1);
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         // The first line on stdout is the address (scripts and tests read it).
