@@ -1212,6 +1212,9 @@ async fn refused_rows(
                     | P::MissingSecondaryKey { .. }
                     | P::Ambiguous { .. }
                     | P::NotCurrent { .. }
+                    | P::KeyTooLong { .. }
+                    | P::EngineManaged { .. }
+                    | P::BadVector { .. }
             );
             let row = problem.row().filter(|&r| single && r < batch.num_rows())?;
             by_row.insert(
