@@ -265,6 +265,8 @@ impl Store {
             taken_over: Default::default(),
             #[cfg(feature = "failpoints")]
             views: Default::default(),
+            #[cfg(feature = "failpoints")]
+            compaction_pause: Default::default(),
         });
         let background = match writable {
             true => {
@@ -514,6 +516,18 @@ impl Store {
     #[cfg(feature = "failpoints")]
     pub fn pause_next_read(&self, pause: crate::merge::ReclaimHook) {
         *self.read_pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(pause);
+    }
+
+    /// Make the next compaction attempt await `pause` after it read the
+    /// version it compacts, before it compacts: a commit made meanwhile
+    /// races its own.
+    #[cfg(feature = "failpoints")]
+    pub fn pause_next_compaction(&self, pause: crate::merge::ReclaimHook) {
+        *self
+            .engine
+            .compaction_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pause);
     }
 
     /// Make this store's next write fail after `puts` of its puts (of at
