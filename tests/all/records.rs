@@ -240,6 +240,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
                 ("old", None, ""),
                 ("new", None, ""),
                 ("self", None, ""),
+                ("successor", None, ""),
             ],
             &[
                 (
@@ -247,6 +248,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
                     vec![
                         Some(past.as_str()),
                         Some(future.as_str()),
+                        None,
                         None,
                         None,
                         None,
@@ -270,6 +272,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
                         Some("active"),
                         Some("active"),
                         Some("active"),
+                        Some("active"),
                     ],
                 ),
                 (
@@ -285,21 +288,13 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
                         None,
                         None,
                         None,
+                        None,
                     ],
                 ),
                 (
                     "superseded_by_id",
                     vec![
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        Some("x"),
-                        None,
-                        None,
-                        None,
+                        None, None, None, None, None, None, None, None, None, None, None,
                     ],
                 ),
                 (
@@ -315,6 +310,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
                         None,
                         Some("old"),
                         Some("self"),
+                        Some("superseded_by"),
                     ],
                 ),
             ],
@@ -327,7 +323,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
     };
     assert_eq!(
         visible(&store, at(Visibility::default())).await,
-        ["contradicted", "later", "new", "self"]
+        ["contradicted", "later", "new", "self", "successor"]
     );
     assert_eq!(
         visible(
@@ -338,7 +334,14 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
             })
         )
         .await,
-        ["contradicted", "expired", "later", "new", "self"]
+        [
+            "contradicted",
+            "expired",
+            "later",
+            "new",
+            "self",
+            "successor"
+        ]
     );
     assert_eq!(
         visible(
@@ -358,6 +361,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
             "retired",
             "retired_at",
             "self",
+            "successor",
             "superseded_by"
         ]
     );
@@ -368,7 +372,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
     };
     assert_eq!(
         visible(&store, much_later).await,
-        ["contradicted", "new", "self"]
+        ["contradicted", "new", "self", "successor"]
     );
     // Lookups by key apply no lifecycle rule.
     assert!(store.get("old").await.unwrap().is_some());
@@ -381,7 +385,7 @@ async fn lifecycle_and_supersession_decide_what_reads_show() {
         )
         .await
         .unwrap();
-    assert_eq!(ids(&f), ["new", "self"]);
+    assert_eq!(ids(&f), ["new", "self", "successor"]);
     let err = store
         .scan(ScanRequest::new().filter("nope = 1"))
         .await
@@ -2499,4 +2503,232 @@ async fn a_compaction_leaves_no_fragment_reuse_history() {
             .unwrap_err();
         assert_eq!(taken.kind(), ErrorKind::AlreadyExists, "{taken}");
     }
+}
+
+/// A one-row patch setting one Utf8 column.
+fn utf8_patch(column: &str, value: &str) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec![Some(value)]))],
+    )
+    .unwrap()
+}
+
+/// `superseded_by_id` (supersession) and the `lifecycle_status` "deleted"
+/// (lifecycle) are the engine's to write: a caller's add, upsert or patch
+/// giving them is refused with the row and column, and writes nothing;
+/// the engine's own writes (a back-link, a tombstone) still happen. Before,
+/// an add stored both, hiding the record without deleting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_managed_values_are_refused_on_every_write_path() {
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    let managed = |err: &Error, column: &str, row: usize, reserved: Option<&str>| {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert_eq!(
+            problem(err),
+            &BatchProblem::EngineManaged {
+                column: column.into(),
+                row,
+                reserved: reserved.map(str::to_string),
+            },
+            "{err}"
+        );
+    };
+    let three = [
+        ("a", Some("ea"), ""),
+        ("b", Some("eb"), ""),
+        ("c", None, ""),
+    ];
+    let err = store
+        .add(&records(
+            &three,
+            &[("superseded_by_id", vec![None, Some("x"), None])],
+        ))
+        .await
+        .unwrap_err();
+    managed(&err, "superseded_by_id", 1, None);
+    let err = store
+        .add(&records(
+            &three,
+            &[(
+                "lifecycle_status",
+                vec![Some("active"), Some("retired"), Some("deleted")],
+            )],
+        ))
+        .await
+        .unwrap_err();
+    managed(&err, "lifecycle_status", 2, Some("deleted"));
+    let err = store
+        .upsert(&records(
+            &[("u", Some("eu"), "")],
+            &[("superseded_by_id", vec![Some("x")])],
+        ))
+        .await
+        .unwrap_err();
+    managed(&err, "superseded_by_id", 0, None);
+    let err = store
+        .upsert(&records(
+            &[("u", Some("eu"), "")],
+            &[("lifecycle_status", vec![Some("deleted")])],
+        ))
+        .await
+        .unwrap_err();
+    managed(&err, "lifecycle_status", 0, Some("deleted"));
+    assert_eq!(
+        visible(&store, Visibility::all()).await,
+        Vec::<String>::new()
+    );
+
+    // Other statuses are the caller's: a retired record is hidden.
+    store
+        .add(&records(
+            &three,
+            &[(
+                "lifecycle_status",
+                vec![Some("active"), Some("active"), Some("retired")],
+            )],
+        ))
+        .await
+        .unwrap();
+    let err = store
+        .patch(
+            &PatchTarget::Id("a".into()),
+            &utf8_patch("lifecycle_status", "deleted"),
+        )
+        .await
+        .unwrap_err();
+    managed(&err, "lifecycle_status", 0, Some("deleted"));
+    let err = store
+        .patch(
+            &PatchTarget::Id("a".into()),
+            &utf8_patch("superseded_by_id", "x"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(visible(&store, Visibility::default()).await, ["a", "b"]);
+
+    // The engine's own writes: a back-link, a new version, a tombstone.
+    store
+        .add(&records(
+            &[("a2", None, "")],
+            &[("supersedes_id", vec![Some("a")])],
+        ))
+        .await
+        .unwrap();
+    let a = store.get("a").await.unwrap().unwrap();
+    assert_eq!(
+        a.column_by_name("superseded_by_id")
+            .unwrap()
+            .as_string::<i32>()
+            .value(0),
+        "a2"
+    );
+    let v = store
+        .patch(&PatchTarget::Id("b".into()), &text_patch("b2"))
+        .await
+        .unwrap()
+        .expect("b is visible");
+    assert_eq!(store.tombstone(&[v.id.as_str()]).await.unwrap(), [true]);
+    assert_eq!(visible(&store, Visibility::default()).await, ["a2"]);
+    store.close().await.unwrap();
+}
+
+/// A store with the lifecycle capability alone writes adds without the
+/// record lock (no read is needed): the reserved status is refused there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifecycle_only_store_refuses_the_reserved_status() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(caps_config(&uri).with_capabilities(RecordCapabilities {
+        lifecycle: true,
+        ..RecordCapabilities::default()
+    }))
+    .await
+    .unwrap();
+    let err = store
+        .add(&records(
+            &[("a", None, ""), ("b", None, "")],
+            &[("lifecycle_status", vec![Some("retired"), Some("deleted")])],
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(problem(&err), BatchProblem::EngineManaged { column, row: 1, .. } if column == "lifecycle_status"),
+        "{err}"
+    );
+    // Without supersession, superseded_by_id is an ordinary column.
+    store
+        .add(&records(
+            &[("a", None, "")],
+            &[("superseded_by_id", vec![Some("x")])],
+        ))
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+}
+
+/// Keys and secondary keys hold at most `MAX_KEY_BYTES` bytes of UTF-8 on
+/// every write path (add, upsert, delete by either key); before, a 10 MB id
+/// was stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_secondary_keys_longer_than_the_limit_are_refused() {
+    use lance_context_store::MAX_KEY_BYTES;
+    let (_dir, uri) = temp_uri();
+    let store = store(&uri).await;
+    // Counted in bytes: 513 two-byte characters are 1,026 bytes.
+    let long = "é".repeat(MAX_KEY_BYTES / 2 + 1);
+    let longest = "k".repeat(MAX_KEY_BYTES);
+    let too_long = |err: &Error, column: &str, row: usize, bytes: usize| {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert_eq!(
+            problem(err),
+            &BatchProblem::KeyTooLong {
+                column: column.into(),
+                row,
+                bytes,
+                max: MAX_KEY_BYTES,
+            },
+            "{err}"
+        );
+    };
+    let err = store
+        .add(&records(&[("a", None, ""), (long.as_str(), None, "")], &[]))
+        .await
+        .unwrap_err();
+    too_long(&err, "id", 1, long.len());
+    let err = store
+        .add(&records(&[("a", Some(long.as_str()), "")], &[]))
+        .await
+        .unwrap_err();
+    too_long(&err, "external_id", 0, long.len());
+    let err = store
+        .upsert(&records(
+            &[("u", Some("eu"), ""), ("v", Some(long.as_str()), "")],
+            &[],
+        ))
+        .await
+        .unwrap_err();
+    too_long(&err, "external_id", 1, long.len());
+    let err = store.tombstone(&["a", long.as_str()]).await.unwrap_err();
+    too_long(&err, "id", 1, long.len());
+    let err = store
+        .tombstone_by_secondary_key(&[long.as_str()])
+        .await
+        .unwrap_err();
+    too_long(&err, "external_id", 0, long.len());
+    assert_eq!(
+        visible(&store, Visibility::all()).await,
+        Vec::<String>::new()
+    );
+    // The limit itself is accepted.
+    store
+        .add(&records(
+            &[(longest.as_str(), Some(longest.as_str()), "")],
+            &[],
+        ))
+        .await
+        .unwrap();
+    assert!(store.get(&longest).await.unwrap().is_some());
+    store.close().await.unwrap();
 }

@@ -1002,6 +1002,90 @@ async fn review_findings_of_the_server_stay_fixed() {
     drop(half);
 }
 
+/// Findings of a security review, over REST: the engine's input limits
+/// answer 400 naming the record and column — a search vector whose
+/// distances overflow (before: 200 with null distances), a stored vector
+/// likewise, a 2,000-byte id (before: stored), a value of a column only the
+/// engine writes (before: stored) — and a re-added id answers 409
+/// `already_exists` in a unique-key store, 201 elsewhere (newest wins).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_input_limits_answer_400_with_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &[]);
+    let c = server.client();
+    c.create_store(&tickets()).await.unwrap();
+    c.create_store(&CreateStore::builtin("mem", "context").param("embedding_dim", json!(4)))
+        .await
+        .unwrap();
+    let record = |id: &str| json!({"id": id, "run_id": "r", "embedding": [0.1, 0.2, 0.3, 0.4]});
+    c.add("mem", &[record("a")]).await.unwrap();
+    let post = |path: String, body: Value| {
+        let c = c.clone();
+        async move {
+            let (status, body) = c
+                .raw(
+                    "POST",
+                    &path,
+                    "application/json",
+                    body.to_string().into_bytes(),
+                )
+                .await
+                .unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            (status, body)
+        }
+    };
+    let search = |vector: Value| {
+        post(
+            "/api/v1/stores/mem/search".into(),
+            json!({"column": "embedding", "vector": vector, "k": 5}),
+        )
+    };
+    let (status, body) = search(json!([3.4e38, 0.0, 0.0, 0.0])).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_input", "{body}");
+    let (status, body) = search(json!([0.1, 0.2, 0.3, 0.5])).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["records"][0]["_distance"].is_number(), "{body}");
+
+    let add = |records: Value| post("/api/v1/stores/mem/records".into(), records);
+    let long = "k".repeat(2000);
+    let mut with_huge = record("h");
+    with_huge["embedding"] = json!([3.0e38, 0.0, 0.0, 0.0]);
+    let mut superseded = record("s");
+    superseded["superseded_by_id"] = json!("a");
+    let mut deleted = record("d");
+    deleted["lifecycle_status"] = json!("deleted");
+    for (refused, column, says) in [
+        (record(&long), "id", "2000 bytes"),
+        (with_huge, "embedding", "overflow"),
+        (superseded, "superseded_by_id", "engine"),
+        (deleted, "lifecycle_status", "reserved"),
+    ] {
+        let (status, body) = add(json!([record("ok"), refused])).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["details"]["record"], 1, "{body}");
+        assert_eq!(body["error"]["details"]["column"], column, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{body}");
+    }
+    // Nothing of a refused request was written; the one record is there.
+    assert_eq!(c.stats("mem").await.unwrap().rows, 1);
+
+    // A re-added id: 409 in a store with unique keys, naming the record…
+    let (status, body) = add(json!([record("a")])).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "already_exists", "{body}");
+    assert_eq!(body["error"]["details"]["record"], 0, "{body}");
+    // …and newest wins elsewhere.
+    for _ in 0..2 {
+        c.add("tickets", &[json!({"id": "t", "n": 1})])
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.stats("tickets").await.unwrap().rows, 1);
+}
+
 /// A GET with a raw Authorization header; the status.
 fn reqwest_like_get(url: &str, path: &str, authorization: &str) -> u16 {
     use std::io::{Read, Write};

@@ -385,3 +385,148 @@ async fn writers_keep_only_the_key_index_in_memory() {
     );
     assert_eq!(store.count(None).await.unwrap(), 600);
 }
+
+/// The `_distance` values of a search result.
+fn distances(batch: &RecordBatch) -> Vec<Option<f32>> {
+    let d = batch
+        .column_by_name("_distance")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .unwrap();
+    (0..d.len())
+        .map(|i| d.is_valid(i).then(|| d.value(i)))
+        .collect()
+}
+
+/// A query vector or a stored one whose distances would overflow Float32
+/// (an element not finite, or a sum of squares past the engine's bound) is
+/// refused with a typed invalid-input error; before, a query element of
+/// 3.4e38 answered with infinite distances (null in JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectors_whose_distances_would_overflow_are_refused() {
+    use lance_context_store::{BatchProblem, ErrorKind, VectorProblem};
+    for metric in [Metric::L2, Metric::Cosine, Metric::Dot] {
+        let (_dir, uri) = temp_uri();
+        let store = Store::create(config(&uri, metric, VectorIndexKind::IvfPq))
+            .await
+            .unwrap();
+        let stored: Vec<Vec<f32>> = (0..6)
+            .map(|i| {
+                (0..DIM)
+                    .map(|j| (i * DIM + j) as f32 / 10.0 - 2.0)
+                    .collect()
+            })
+            .collect();
+        store.add(&vectors_batch(0, &stored[..3])).await.unwrap();
+        store.merge().await.unwrap();
+        store.add(&vectors_batch(3, &stored[3..])).await.unwrap();
+
+        let mut huge = vec![0.5; DIM as usize];
+        huge[2] = 3.4e38;
+        for (query, element) in [
+            (huge.clone(), 2),
+            (vec![f32::NAN; DIM as usize], 0),
+            (
+                {
+                    let mut v = vec![1.0; DIM as usize];
+                    v[5] = f32::INFINITY;
+                    v
+                },
+                5,
+            ),
+            (
+                {
+                    // Finite, its square too, but its distances overflow.
+                    let mut v = vec![1.0; DIM as usize];
+                    v[7] = 1e19;
+                    v
+                },
+                7,
+            ),
+        ] {
+            let err = store
+                .nearest(&VectorQuery::new("embedding", query.clone(), 3))
+                .await
+                .expect_err(&format!("{metric:?}: {query:?} was searched"));
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+            assert!(
+                err.to_string().contains(&format!("element {element}")),
+                "{err}"
+            );
+        }
+        // A zero vector has no cosine distance (NaN); under the other
+        // metrics it is a vector like any other.
+        let zero = store
+            .nearest(&VectorQuery::new("embedding", vec![0.0; DIM as usize], 3))
+            .await;
+        match metric {
+            Metric::Cosine => {
+                let err = zero.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+                assert!(err.to_string().contains("zero"), "{err}");
+            }
+            _ => assert_eq!(zero.unwrap().num_rows(), 3),
+        }
+        // Large but within the bound: every distance finite.
+        let mut large = vec![0.25; DIM as usize];
+        large[1] = 1e18;
+        let found = store
+            .nearest(&VectorQuery::new("embedding", large, 6))
+            .await
+            .unwrap();
+        assert_eq!(found.num_rows(), 6);
+        assert!(
+            distances(&found)
+                .iter()
+                .all(|d| d.is_some_and(f32::is_finite)),
+            "{metric:?}: {:?}",
+            distances(&found)
+        );
+
+        // Stored vectors: the first bad row is named, nothing is written.
+        let mut bad = stored[..3].to_vec();
+        bad[1][4] = f32::MAX;
+        let err = store.add(&vectors_batch(10, &bad)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert_eq!(
+            err.batch_problem(),
+            Some(&BatchProblem::BadVector {
+                column: "embedding".into(),
+                row: 1,
+                problem: VectorProblem::TooLarge { element: 4 },
+            }),
+            "{err}"
+        );
+        bad[1][4] = 0.0;
+        bad[2][0] = f32::NEG_INFINITY;
+        let err = store.add(&vectors_batch(10, &bad)).await.unwrap_err();
+        assert_eq!(
+            err.batch_problem(),
+            Some(&BatchProblem::BadVector {
+                column: "embedding".into(),
+                row: 2,
+                problem: VectorProblem::NotFinite { element: 0 },
+            }),
+            "{err}"
+        );
+        bad[2][0] = 0.0;
+        bad[0] = vec![0.0; DIM as usize];
+        let zero = store.add(&vectors_batch(10, &bad)).await;
+        match metric {
+            Metric::Cosine => assert_eq!(
+                zero.unwrap_err().batch_problem(),
+                Some(&BatchProblem::BadVector {
+                    column: "embedding".into(),
+                    row: 0,
+                    problem: VectorProblem::ZeroUnderCosine,
+                }),
+            ),
+            _ => {
+                zero.unwrap();
+                store.delete(&["v0010", "v0011", "v0012"]).await.unwrap();
+            }
+        }
+        assert_eq!(store.count(None).await.unwrap(), 6, "nothing written");
+    }
+}

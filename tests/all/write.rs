@@ -209,6 +209,34 @@ async fn bad_input_is_rejected_typed_and_writes_nothing() {
         BatchProblem::EmptyBatch,
     );
 
+    // A key longer than the limit, in an add or a delete (a plain store's
+    // delete writes the keys it is given).
+    let long = "k".repeat(lance_context_store::MAX_KEY_BYTES + 1);
+    assert_rejected(
+        store
+            .add(&batch(&[
+                Row::new("bad-1", "g", 1),
+                Row::new(&long, "g", 2),
+            ]))
+            .await
+            .unwrap_err(),
+        BatchProblem::KeyTooLong {
+            column: "id".into(),
+            row: 1,
+            bytes: long.len(),
+            max: lance_context_store::MAX_KEY_BYTES,
+        },
+    );
+    assert_rejected(
+        store.delete(&["bad-1", &long]).await.unwrap_err(),
+        BatchProblem::KeyTooLong {
+            column: "id".into(),
+            row: 1,
+            bytes: long.len(),
+            max: lance_context_store::MAX_KEY_BYTES,
+        },
+    );
+
     // Nothing of the rejected batches was written; the good rows are intact.
     assert_eq!(store.count(None).await.unwrap(), 3);
     assert_eq!(store.count(Some("id LIKE 'bad%'")).await.unwrap(), 0);

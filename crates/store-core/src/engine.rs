@@ -41,6 +41,12 @@ pub(crate) struct Settings {
     pub writer: WriterSettings,
 }
 
+/// Attempts [`Engine::compact`] makes when its commit loses a race.
+const COMPACTION_ATTEMPTS: u32 = 5;
+
+/// The pause before a compaction's next attempt, times the attempts made.
+const COMPACTION_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 /// Compaction bookkeeping.
 #[derive(Debug, Default)]
 pub(crate) struct CompactionState {
@@ -168,6 +174,10 @@ pub(crate) struct Engine {
     /// Views taken so far (tests: how many a write's checks take).
     #[cfg(feature = "failpoints")]
     pub views: std::sync::atomic::AtomicUsize,
+    /// Awaited by the next compaction attempt after it read the version it
+    /// compacts, before it compacts (tests: a commit racing it).
+    #[cfg(feature = "failpoints")]
+    pub compaction_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -414,41 +424,28 @@ impl Engine {
     }
 
     /// Compact the base table's fragments. A second concurrent request gets
-    /// [`Error::CompactionInProgress`].
+    /// [`Error::CompactionInProgress`]. A commit that loses the race to a
+    /// concurrent one (a merge rewriting rows of the fragments compacted,
+    /// another handle's index work) is redone on the newer version, up to
+    /// [`COMPACTION_ATTEMPTS`] attempts in all with a short pause between:
+    /// the caller sees [`Error::Conflict`] only when every attempt lost.
     pub async fn compact(&self) -> Result<CompactionStats> {
         let _one = self
             .compaction_state
             .running
             .try_lock()
             .map_err(|_| Error::CompactionInProgress)?;
-        let settings = &self.settings.compaction;
-        let mut dataset = self.fresh_dataset().await?.as_ref().clone();
-        // Lance only compacts neighbouring fragments that the same index
-        // segments cover; the per-merge delta segments would keep every
-        // fragment apart, so fold each index into one segment first.
-        if has_delta_segments(&dataset).await? {
-            dataset
-                .optimize_indices(&OptimizeOptions::merge(usize::MAX))
-                .await
-                .map_err(|e| Error::from_lance("merging index segments", None, e))?;
-        }
-        // The version compacted: its visible count carries over.
-        let before = dataset.clone();
-        let metrics = compact_files(
-            &mut dataset,
-            CompactionOptions {
-                target_rows_per_fragment: settings.target_rows_per_fragment,
-                max_rows_per_group: settings.max_rows_per_group,
-                materialize_deletions: settings.materialize_deletions,
-                materialize_deletions_threshold: settings.deletion_threshold,
-                // The MemWAL index cannot be remapped inline.
-                defer_index_remap: true,
-                ..Default::default()
-            },
-            None,
-        )
-        .await
-        .map_err(|e| Error::from_lance("compacting the base table", None, e))?;
+        let mut attempt: u32 = 1;
+        let (before, mut dataset, metrics) = loop {
+            match self.compact_files_once().await {
+                Err(Error::Conflict { message }) if attempt < COMPACTION_ATTEMPTS => {
+                    tracing::debug!("compaction attempt {attempt} lost a commit race: {message}");
+                    tokio::time::sleep(COMPACTION_RETRY_PAUSE * attempt).await;
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
         // Only when every commit since the version it read kept the rows:
         // the compaction's own (it reserves fragment ids, then rewrites),
         // another compaction's, index commits.
@@ -476,6 +473,57 @@ impl Engine {
             files_removed: metrics.files_removed,
             files_added: metrics.files_added,
         })
+    }
+
+    /// One attempt of [`Self::compact`] up to its commit, on the newest
+    /// version: fold the index segments, compact the fragments. The version
+    /// compacted, the compacted one, and what the compaction did.
+    async fn compact_files_once(
+        &self,
+    ) -> Result<(
+        Dataset,
+        Dataset,
+        lance::dataset::optimize::CompactionMetrics,
+    )> {
+        let settings = &self.settings.compaction;
+        let mut dataset = self.fresh_dataset().await?.as_ref().clone();
+        // Lance only compacts neighbouring fragments that the same index
+        // segments cover; the per-merge delta segments would keep every
+        // fragment apart, so fold each index into one segment first.
+        if has_delta_segments(&dataset).await? {
+            dataset
+                .optimize_indices(&OptimizeOptions::merge(usize::MAX))
+                .await
+                .map_err(|e| Error::from_lance("merging index segments", None, e))?;
+        }
+        #[cfg(feature = "failpoints")]
+        let pause = self
+            .compaction_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        #[cfg(feature = "failpoints")]
+        if let Some(pause) = pause {
+            pause().await;
+        }
+        // The version compacted: its visible count carries over.
+        let before = dataset.clone();
+        let metrics = compact_files(
+            &mut dataset,
+            CompactionOptions {
+                target_rows_per_fragment: settings.target_rows_per_fragment,
+                max_rows_per_group: settings.max_rows_per_group,
+                materialize_deletions: settings.materialize_deletions,
+                materialize_deletions_threshold: settings.deletion_threshold,
+                // The MemWAL index cannot be remapped inline.
+                defer_index_remap: true,
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .map_err(|e| Error::from_lance("compacting the base table", None, e))?;
+        Ok((before, dataset, metrics))
     }
 
     /// Create the key column's index (and the secondary key's) if missing.

@@ -115,6 +115,29 @@ pub enum BatchProblem {
         value: String,
         superseded_by: Option<String>,
     },
+    /// A key (or secondary key) longer than [`crate::MAX_KEY_BYTES`].
+    KeyTooLong {
+        column: String,
+        row: usize,
+        bytes: usize,
+        max: usize,
+    },
+    /// A value in a column the engine manages: `superseded_by_id` (any
+    /// value; `reserved` is `None`), or a value the engine reserves
+    /// (`lifecycle_status` [`crate::RESERVED_STATUS`]).
+    EngineManaged {
+        column: String,
+        row: usize,
+        reserved: Option<String>,
+    },
+    /// A vector of a declared vector column the engine cannot rank: an
+    /// element not finite, too large for its distances to stay finite, or
+    /// all zero under the cosine metric.
+    BadVector {
+        column: String,
+        row: usize,
+        problem: crate::VectorProblem,
+    },
     /// Rows that must become visible together (versions of one record
     /// written in one batch, linked through `supersedes_id`, or rows with
     /// the same key) are more than one atomic write can hold
@@ -146,6 +169,9 @@ impl BatchProblem {
             | Self::MissingSecondaryKey { column, .. }
             | Self::Ambiguous { column, .. }
             | Self::NotCurrent { column, .. }
+            | Self::KeyTooLong { column, .. }
+            | Self::EngineManaged { column, .. }
+            | Self::BadVector { column, .. }
             | Self::LinkedRowsTooMany { column, .. } => Some(column),
         }
     }
@@ -163,6 +189,9 @@ impl BatchProblem {
             | Self::MissingSecondaryKey { row, .. }
             | Self::Ambiguous { row, .. }
             | Self::NotCurrent { row, .. }
+            | Self::KeyTooLong { row, .. }
+            | Self::EngineManaged { row, .. }
+            | Self::BadVector { row, .. }
             | Self::LinkedRowsTooMany { row, .. } => Some(*row),
             _ => None,
         }
@@ -239,6 +268,37 @@ impl fmt::Display for BatchProblem {
                 ),
                 None => write!(f, "row {row}: {column} '{value}' names no current record"),
             },
+            Self::KeyTooLong {
+                column,
+                row,
+                bytes,
+                max,
+            } => write!(
+                f,
+                "row {row}: {column} is {bytes} bytes long, more than the {max} a key may have"
+            ),
+            Self::EngineManaged {
+                column,
+                row,
+                reserved: None,
+            } => write!(
+                f,
+                "row {row}: column '{column}' is set by the engine only; leave it null"
+            ),
+            Self::EngineManaged {
+                column,
+                row,
+                reserved: Some(value),
+            } => write!(
+                f,
+                "row {row}: {column} '{value}' is reserved for the engine; delete a record \
+                 instead (its key then reads as absent)"
+            ),
+            Self::BadVector {
+                column,
+                row,
+                problem,
+            } => write!(f, "row {row}: vector column '{column}': {problem}"),
             Self::LinkedRowsTooMany {
                 column,
                 row,

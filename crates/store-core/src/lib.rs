@@ -109,6 +109,7 @@ pub use merge::MergeStats;
 #[cfg(feature = "failpoints")]
 pub use merge::{MergeFailpoint, MergeHook, ReclaimHook};
 pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility, check_plain_predicate};
+pub use store::input::{MAX_KEY_BYTES, MAX_VECTOR_SQUARED_NORM, RESERVED_STATUS, VectorProblem};
 pub use store::records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, VersionInfo, WalStatus};
 pub use writer::AddOutcome;

@@ -1,5 +1,6 @@
 //! [`Store`]: one dataset, one resident writer, the LSM read path.
 
+pub(crate) mod input;
 pub(crate) mod records;
 pub(crate) mod visible;
 
@@ -264,6 +265,8 @@ impl Store {
             taken_over: Default::default(),
             #[cfg(feature = "failpoints")]
             views: Default::default(),
+            #[cfg(feature = "failpoints")]
+            compaction_pause: Default::default(),
         });
         let background = match writable {
             true => {
@@ -333,10 +336,18 @@ impl Store {
     /// any order, absent nullable columns are filled with nulls, and unknown
     /// columns, type mismatches, nulls in non-nullable columns and null or empty
     /// keys are rejected with [`Error::InvalidBatch`] naming the column and row.
+    /// So are keys (and secondary keys) longer than [`crate::MAX_KEY_BYTES`]
+    /// ([`crate::BatchProblem::KeyTooLong`]) and vectors of declared vector
+    /// columns with an element that is not finite, too large for their
+    /// distances to stay finite, or all zero under the cosine metric
+    /// ([`crate::BatchProblem::BadVector`]).
     /// A rejected batch writes nothing.
     ///
     /// With record capabilities: the tombstone value is refused
-    /// ([`crate::BatchProblem::ReservedValue`]); with `unique_keys`, a key or
+    /// ([`crate::BatchProblem::ReservedValue`]), and so are the values only
+    /// the engine writes — any `superseded_by_id` (supersession), the
+    /// `lifecycle_status` [`crate::RESERVED_STATUS`] (lifecycle)
+    /// ([`crate::BatchProblem::EngineManaged`]); with `unique_keys`, a key or
     /// secondary key repeated in the batch or held by a stored non-tombstone
     /// row is refused, the first in input order
     /// ([`crate::BatchProblem::DuplicateInBatch`], [`crate::BatchProblem::AlreadyExists`]);
@@ -348,6 +359,7 @@ impl Store {
         if caps.tombstones || caps.unique_keys || caps.supersession {
             let _guard = self.record_lock.lock().await;
             let conformed = self.schemas.conform_for_write(batch)?;
+            self.check_input(&conformed)?;
             self.check_new_records(None, &conformed, true).await?;
             let rows = conformed.num_rows();
             let linked = self.with_backlinks(conformed).await?;
@@ -355,6 +367,7 @@ impl Store {
             return Ok(AddOutcome { rows });
         }
         let conformed = self.schemas.conform_for_write(batch)?;
+        self.check_input(&conformed)?;
         self.write_conformed(conformed).await
     }
 
@@ -414,7 +427,8 @@ impl Store {
     /// key reads as absent from every reader when this returns (durable and
     /// visible, as for [`Self::add`]); the next merge removes it from the base
     /// table. Returns the number of keys given. Deleting an absent key is not
-    /// an error; adding the key again later makes it live again.
+    /// an error; adding the key again later makes it live again. A key longer
+    /// than [`crate::MAX_KEY_BYTES`] is refused (none is stored).
     pub async fn delete(&self, ids: &[&str]) -> Result<usize> {
         let caps = &self.capabilities;
         // A record write in flight checked its targets as current: a delete
@@ -435,6 +449,7 @@ impl Store {
                 row,
             }));
         }
+        input::check_key_lengths(&self.schemas.key, ids)?;
         let key_field = self
             .schemas
             .stored
@@ -503,6 +518,18 @@ impl Store {
         *self.read_pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(pause);
     }
 
+    /// Make the next compaction attempt await `pause` after it read the
+    /// version it compacts, before it compacts: a commit made meanwhile
+    /// races its own.
+    #[cfg(feature = "failpoints")]
+    pub fn pause_next_compaction(&self, pause: crate::merge::ReclaimHook) {
+        *self
+            .engine
+            .compaction_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pause);
+    }
+
     /// Make this store's next write fail after `puts` of its puts (of at
     /// most `max_memtable_rows` rows each) went through, as a crash would
     /// cut it (crash tests of writes split over several puts).
@@ -566,6 +593,9 @@ impl Store {
     /// base table (through its vector index when built) and every unmerged
     /// generation; `query.filter` is applied first.
     /// On a store with record capabilities only visible rows are searched.
+    /// A query vector is held to the rules of stored ones (every element
+    /// finite, the sum of squares at most [`crate::MAX_VECTOR_SQUARED_NORM`],
+    /// not all zero under cosine), so every distance returned is finite.
     pub async fn nearest(&self, query: &VectorQuery) -> Result<RecordBatch> {
         let hide = self.visibility_expr(&crate::read::Visibility::default())?;
         let declared = self
@@ -588,6 +618,11 @@ impl Store {
                 query.column,
                 declared.dimension
             )));
+        }
+        // A distance that overflows reads as null (inf) or ranks anywhere
+        // (NaN): refused, as for stored vectors.
+        if let Err(problem) = input::check_vector(&query.vector, declared.metric) {
+            return Err(Error::invalid_argument(format!("query vector: {problem}")));
         }
         let hide = hide.as_ref();
         self.on_view(|view| async move {

@@ -448,7 +448,7 @@ where
             StatusCode::SERVICE_UNAVAILABLE,
             "deadline",
             format!(
-                "the request ran past its deadline of {:?}; a write still running completes (re-adding the same keys is safe)",
+                "the request ran past its deadline of {:?}; a write still running completes. Re-adding the same keys is safe in a store without unique keys (newest wins); in a store with unique keys a resent add or upsert whose first attempt landed is refused with 409 already_exists: look the ids up first and resend only those not found",
                 state.config.request_timeout
             ),
         )),

@@ -538,6 +538,7 @@ impl Store {
 
     async fn tombstone_where(&self, column: &str, values: &[&str]) -> Result<Vec<bool>> {
         self.need("tombstones", self.capabilities.tombstones)?;
+        super::input::check_key_lengths(column, values)?;
         let _guard = self.record_lock.lock().await;
         let found = self
             .rows_where(None, column, values, undeleted(), true)
@@ -611,6 +612,7 @@ impl Store {
         self.need("supersession", self.capabilities.supersession)?;
         let column = self.secondary_key()?.to_string();
         let conformed = self.schemas.conform_for_write(batch)?;
+        self.check_input(&conformed)?;
         let keys = strings(&conformed, &column);
         if let Some(row) = keys
             .iter()
@@ -716,7 +718,7 @@ impl Store {
                 }
             }
         }
-        // The caller's supersedes_id / superseded_by_id are ignored.
+        // The caller's supersedes_id is ignored (superseded_by_id was refused).
         let schema = conformed.schema();
         let mut columns = conformed.columns().to_vec();
         if let Ok(i) = schema.index_of(SUPERSEDES) {
@@ -974,6 +976,7 @@ impl Store {
     pub async fn add_new_versions(&self, batch: &RecordBatch) -> Result<()> {
         let _guard = self.record_lock.lock().await;
         let conformed = self.schemas.conform_for_write(batch)?;
+        self.check_input(&conformed)?;
         self.check_new_records(None, &conformed, false).await?;
         let rows = self.with_backlinks(conformed).await?;
         self.write_linked(rows).await?;

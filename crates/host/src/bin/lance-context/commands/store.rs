@@ -1098,9 +1098,18 @@ async fn add_chunks(
                 .into());
             }
             Err(PipelineError::Store(e)) if e.is_fenced() => {
-                // The batch may or may not be durable: say so.
+                // The batch may or may not be durable: say so, and how to
+                // retry (newest wins, unless keys are unique).
+                let retry = if named
+                    .spec()
+                    .has(lance_context_host::spec::Capability::UniqueKeys)
+                {
+                    "this store's keys are unique: look its ids up and add again only the records not found (a record stored already is refused as existing)"
+                } else {
+                    "re-adding it is safe, newest wins"
+                };
                 let at = format!(
-                    "the batch from {}: its outcome is unknown (another writer claimed the store meanwhile; re-adding it is safe, newest wins)",
+                    "the batch from {}: its outcome is unknown (another writer claimed the store meanwhile; {retry})",
                     positions.start()
                 );
                 return Err(anyhow::Error::new(PipelineError::Store(e))
@@ -1212,6 +1221,9 @@ async fn refused_rows(
                     | P::MissingSecondaryKey { .. }
                     | P::Ambiguous { .. }
                     | P::NotCurrent { .. }
+                    | P::KeyTooLong { .. }
+                    | P::EngineManaged { .. }
+                    | P::BadVector { .. }
             );
             let row = problem.row().filter(|&r| single && r < batch.num_rows())?;
             by_row.insert(
