@@ -1125,7 +1125,10 @@ async fn a_store_scoped_admin_cannot_reach_other_tenants_data_through_a_uri() {
         .await
         .unwrap();
     for victim in ["b", "c"] {
-        admin.add(victim, &[json!({"id": "1", "n": 1})]).await.unwrap();
+        admin
+            .add(victim, &[json!({"id": "1", "n": 1})])
+            .await
+            .unwrap();
     }
     std::os::unix::fs::symlink(root.join("stores/b"), dir.join("link")).unwrap();
 
@@ -1146,7 +1149,10 @@ async fn a_store_scoped_admin_cannot_reach_other_tenants_data_through_a_uri() {
         let before = crate::registry::tree(&dir);
         let (status, message) = status_of(tenant.create_store(&create_a(&uri)).await);
         assert_eq!(status, 400, "{uri}: {message}");
-        assert!(message.contains(&uri), "{uri}: the message names it: {message}");
+        assert!(
+            message.contains(&uri),
+            "{uri}: the message names it: {message}"
+        );
         assert!(
             !message.contains(".rs:"),
             "{uri}: a source path in the message: {message}"

@@ -46,6 +46,12 @@ pub struct ServerConfig {
     /// Storage options for stores created with them (values are never
     /// recorded by the registry).
     pub storage_options: HashMap<String, String>,
+    /// Where a store created with a uri may go: a uri must be inside one of
+    /// these (compared in canonical form, however either is spelt; see
+    /// [`crate::check_uri_allowed`]), else 400. Empty: the data root's
+    /// `stores/` only. A store created without a uri goes to
+    /// `<root>/stores/<name>` whatever this says.
+    pub allowed_uri_prefixes: Vec<String>,
 }
 
 impl ServerConfig {
@@ -61,6 +67,16 @@ impl ServerConfig {
             store_concurrency: 32,
             queue_wait: Duration::from_secs(2),
             storage_options: HashMap::new(),
+            allowed_uri_prefixes: Vec::new(),
+        }
+    }
+
+    /// The prefixes a given uri must be inside: the configured ones, or the
+    /// data root's `stores/`.
+    pub fn uri_prefixes(&self, root: &std::path::Path) -> Vec<String> {
+        match self.allowed_uri_prefixes.is_empty() {
+            true => vec![format!("{}/", root.join("stores").display())],
+            false => self.allowed_uri_prefixes.clone(),
         }
     }
 }
@@ -132,6 +148,11 @@ impl Server {
             crate::default_cache_dir().as_deref(),
         )?);
         let registry = Registry::at(&config.root, runtime)?;
+        // A prefix that names no location is a mistake to report now, not
+        // on every create.
+        for prefix in &config.allowed_uri_prefixes {
+            lance_context_store::CanonicalLocation::of(prefix).map_err(RegistryError::from)?;
+        }
         let listener = tokio::net::TcpListener::bind(config.addr).await?;
         Ok(Self {
             listener,

@@ -36,6 +36,12 @@ pub struct ServeCommand {
     /// Storage option `key=value` for stores that need them; repeatable.
     #[arg(long = "storage-option", value_parser = parse_storage_option)]
     storage_options: Vec<StorageOption>,
+    /// Where a store created with a uri may go (a directory, or e.g.
+    /// s3://bucket/tenants/); repeatable. A uri outside every prefix is
+    /// refused (400). Default: the data root's stores/ only. Stores created
+    /// without a uri go to ROOT/stores/NAME regardless.
+    #[arg(long = "allow-uri-prefix", value_name = "PREFIX")]
+    allow_uri_prefixes: Vec<String>,
 }
 
 impl ServeCommand {
@@ -57,6 +63,7 @@ impl ServeCommand {
         config.request_timeout = Duration::from_secs(self.request_timeout_secs.max(1));
         config.store_concurrency = self.store_concurrency.max(1);
         config.storage_options = options_map(&self.storage_options);
+        config.allowed_uri_prefixes = self.allow_uri_prefixes;
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         // The first line on stdout is the address (scripts and tests read it).
