@@ -1197,3 +1197,52 @@ async fn a_store_scoped_admin_cannot_reach_other_tenants_data_through_a_uri() {
     assert!(!root.join("stores/b").exists());
     assert!(!dir.join("elsewhere/c").exists());
 }
+
+/// `serve --allow-uri-prefix` replaces the default prefix (the root's
+/// `stores/`): a uri inside a given prefix is created however it is spelt,
+/// the root's `stores/` is refused unless given too, a store without a uri
+/// still goes to the root; a prefix that names no location stops the server
+/// at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_uri_prefixes_replace_the_default_and_are_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(dir.path()).unwrap();
+    let root = dir.join("root");
+    let tenants = format!("{}/tenants/", dir.display());
+    let server = ServerProc::start(&root, &["--allow-uri-prefix", &tenants]);
+    let c = server.client();
+    let spec: Value = serde_json::from_str(TICKETS).unwrap();
+    let create = |name: &str, uri: Option<String>| CreateStore {
+        uri,
+        ..CreateStore::spec(name, spec.clone())
+    };
+    let inside = format!("FILE://{}/tenants/x/../a", dir.display());
+    let a = c.create_store(&create("a", Some(inside))).await.unwrap();
+    assert!(dir.join("tenants/a/_versions").is_dir(), "{a:?}");
+    let own_place = format!("{}/stores/b", root.display());
+    let (status, message) = status_of(c.create_store(&create("b", Some(own_place))).await);
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("outside the locations"), "{message}");
+    c.create_store(&create("b", None)).await.unwrap();
+    assert!(root.join("stores/b/_versions").is_dir());
+    for name in ["a", "b"] {
+        c.drop_store(name).await.unwrap();
+    }
+    drop(server);
+
+    let (code, _, err) = crate::support::cli(
+        &dir,
+        &[
+            "serve",
+            "--root",
+            root.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+            "--allow-uri-prefix",
+            "http://127.0.0.1:9/stores/",
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no storage for scheme 'http'"), "{err}");
+}

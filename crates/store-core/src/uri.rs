@@ -77,7 +77,8 @@ pub enum UriError {
     /// Lance would write part of the store (its MemWAL) at the encoded
     /// spelling, a second directory.
     #[error(
-        "uri '{uri}': the path has characters Lance would store part of the data under a second, percent-encoded spelling of ({}); use letters, digits, spaces and . _ - + = , ; : @ ! $ & ' ( ) only", offending.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(" ")
+        "uri '{uri}': its path has {}, which Lance's object-store paths percent-encode: part of the data (the MemWAL) would go under a second, encoded spelling of the path; use only ASCII letters, digits, spaces and . _ - + = , ; : @ ! $ & ' ( )",
+        offending.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(" ")
     )]
     TwoSpellings {
         /// The uri as given.
