@@ -836,3 +836,180 @@ async fn a_two_parameter_query_cannot_be_injected() {
     );
     named.close().await.unwrap();
 }
+
+/// The spellings of a location that another store's data or the registry
+/// hides behind, under `dir` (the victims: store `b` at `<root>/stores/b`,
+/// store `c` at `<dir>/elsewhere/c`; `<dir>/link` a symlink to `b`'s data).
+pub fn hostile_uris(dir: &std::path::Path, root: &std::path::Path) -> Vec<String> {
+    let r = root.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    let bare = r.trim_start_matches('/');
+    vec![
+        // Upper- and mixed-case schemes: the stores directory and b's data.
+        format!("FILE://{r}/stores"),
+        format!("File://{r}/stores/b/sub"),
+        // file: with no, one, two and three slashes.
+        format!("file:{bare}/stores/b/sub"),
+        format!("file:{r}/stores/b/sub"),
+        format!("file:/{r}/stores/b/sub"),
+        format!("file://{r}/stores/b/sub"),
+        // Percent-encoding of the path.
+        format!("file://{r}/stor%65s/b/sub"),
+        format!("file://{r}/stores%2Fb%2Fsub"),
+        // Dot segments, plain and in a file uri.
+        format!("{r}/stores/x/../b/sub"),
+        format!("file://{r}/stores/x/%2e%2e/b/sub"),
+        format!("{r}/./stores/b/sub"),
+        // A symlink to another store's data.
+        format!("{d}/link"),
+        format!("{d}/link/sub"),
+        // A trailing slash.
+        format!("{r}/stores/b/"),
+        // The data root, the registry and inside it.
+        r.to_string(),
+        format!("{r}/"),
+        format!("{r}/registry"),
+        format!("{r}/registry/stores/zz.json"),
+        format!("{r}/registry/plugins/x"),
+        // Another store's subdirectory; a parent of another store.
+        format!("{r}/stores/b/sub"),
+        format!("{d}/elsewhere/c/sub"),
+        format!("{d}/elsewhere"),
+        format!("{r}/stores"),
+        // The default place of a store not created yet.
+        format!("{r}/stores/q"),
+    ]
+}
+
+/// Every file and directory under `dir`, relative, sorted.
+pub fn tree(dir: &std::path::Path) -> Vec<String> {
+    fn walk(base: &std::path::Path, at: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(items) = std::fs::read_dir(at) else {
+            return;
+        };
+        for item in items.flatten() {
+            let path = item.path();
+            out.push(path.strip_prefix(base).unwrap().display().to_string());
+            if item.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(base, &path, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Whatever a new store's uri says (case, slashes, percent-encoding, dot
+/// segments, a symlink, a trailing slash), it cannot be the data root, the
+/// registry, another store's data or place, or contain them: each create is
+/// refused as invalid input before anything is written, and the other
+/// stores keep their records, list, and drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_stores_uri_cannot_reach_other_data_whatever_its_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(dir.path()).unwrap();
+    let root = dir.join("root");
+    let reg = registry(&root);
+    let record = r#"{"id": "1", "title": "mine"}"#;
+    let b = reg
+        .create("b", CreateOptions::new(notes_spec()))
+        .await
+        .unwrap();
+    add_json(&b, record).await.unwrap();
+    b.close().await.unwrap();
+    let mut options = CreateOptions::new(notes_spec());
+    options.uri = Some(dir.join("elsewhere/c").to_string_lossy().into_owned());
+    let c = reg.create("c", options).await.unwrap();
+    add_json(&c, record).await.unwrap();
+    c.close().await.unwrap();
+    std::os::unix::fs::symlink(root.join("stores/b"), dir.join("link")).unwrap();
+
+    // What a refused create must leave as it was (a lock file of the
+    // store's own, valid name is not data).
+    let data = |dir: &std::path::Path| -> Vec<String> {
+        tree(dir)
+            .into_iter()
+            .filter(|p| !p.starts_with("root/registry/locks"))
+            .collect()
+    };
+    for uri in hostile_uris(&dir, &root) {
+        let before = data(&dir);
+        let mut options = CreateOptions::new(notes_spec());
+        options.uri = Some(uri.clone());
+        match reg.create("a", options).await {
+            Ok(a) => {
+                let at = a.entry().uri.clone();
+                a.close().await.unwrap();
+                panic!("{uri}: created at {at}");
+            }
+            Err(e) => assert_eq!(
+                e.kind(),
+                lance_context_host::ErrorKind::InvalidInput,
+                "{uri}: {e}"
+            ),
+        }
+        assert_eq!(data(&dir), before, "{uri}: the refused create wrote");
+        let names: Vec<String> = reg.list().unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, ["b", "c"], "{uri}");
+        for victim in ["b", "c"] {
+            let named = reg.open(victim, &no_options()).await.unwrap();
+            assert_eq!(named.count(None).await.unwrap(), 1, "{uri}: {victim}");
+            named.close().await.unwrap();
+        }
+    }
+
+    // A location of its own is fine however it is spelt; the store lands
+    // where the uri says, decoded once, dot segments resolved.
+    let mut options = CreateOptions::new(notes_spec());
+    options.uri = Some(format!("FILE://{}/own%20place/x/../a/", dir.display()));
+    let a = reg.create("a", options).await.unwrap();
+    a.close().await.unwrap();
+    assert!(dir.join("own place/a/_versions").is_dir());
+    reg.drop_store("a", &no_options()).await.unwrap();
+    assert!(!dir.join("own place/a").exists());
+    for victim in ["b", "c"] {
+        let report = reg.drop_store(victim, &no_options()).await.unwrap();
+        assert!(!std::path::Path::new(&report.uri).exists(), "{victim}");
+    }
+}
+
+/// A name that is not one never becomes a path (no lock file, no entry read
+/// outside the registry), and stray or damaged files under the registry's
+/// `stores/` do not stop the listing or a drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traversal_names_and_stray_registry_files_touch_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let reg = registry(&root);
+    reg.create("b", CreateOptions::new(notes_spec()))
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let before = tree(dir.path());
+    for name in ["../../../pwned", "../../stores/b", "a/b", ".."] {
+        let err = reg.drop_store(name, &no_options()).await.unwrap_err();
+        assert!(
+            matches!(err, RegistryError::InvalidName { .. }),
+            "{name}: {err}"
+        );
+        let bytes = std::fs::read(lance_context_host::built_plugin("example")).unwrap();
+        let err = reg.upgrade(name, "x.wasm", &bytes, None).await.unwrap_err();
+        assert!(
+            matches!(err, RegistryError::InvalidName { .. }),
+            "{name}: {err}"
+        );
+    }
+    assert_eq!(tree(dir.path()), before, "a refused name left files");
+
+    // A directory and a file that does not parse, where entries are.
+    std::fs::create_dir_all(root.join("registry/stores/zz.json/_versions")).unwrap();
+    std::fs::write(root.join("registry/stores/junk.json"), "{not json").unwrap();
+    let names: Vec<String> = reg.list().unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["b"]);
+    reg.drop_store("b", &no_options()).await.unwrap();
+    assert!(reg.list().unwrap().is_empty());
+}

@@ -1381,4 +1381,199 @@ fn oversized_uris_and_heads_get_json_error_bodies() {
     // The server still serves.
     let health = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     assert_eq!(raw_exchange(&addr, health).0, 200);
+/// GET `path` without a token; the status.
+async fn status_of_get(server: &ServerProc, path: &str) -> u16 {
+    server
+        .client()
+        .raw("GET", path, "application/json", Vec::new())
+        .await
+        .unwrap()
+        .0
+}
+
+/// An admin token limited to store `a` cannot reach another tenant's data
+/// through a store's uri, however it is spelt (the registry's table of
+/// spellings), nor put a store outside the server's allowed prefixes (by
+/// default `<root>/stores/`), nor name storage the server does not have: each
+/// create is a 400 naming the uri, with no source file paths in it. After
+/// every attempt the other tenants' stores keep their records, the listing
+/// and `/ready` answer 200, and they still drop. A store name that is a path
+/// (`..%2F..`) on DELETE is a 400 that leaves nothing on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_scoped_admin_cannot_reach_other_tenants_data_through_a_uri() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(dir.path()).unwrap();
+    let root = dir.join("root");
+    let root_arg = root.to_str().unwrap();
+    // Store c, outside the root, is the operator's (the CLI is unrestricted).
+    let spec_file = dir.join("tickets.json");
+    std::fs::write(&spec_file, TICKETS).unwrap();
+    let c_uri = dir.join("elsewhere/c").to_string_lossy().into_owned();
+    let (code, _, err) = crate::support::cli(
+        &dir,
+        &[
+            "store",
+            "create",
+            "c",
+            "--root",
+            root_arg,
+            "--spec",
+            spec_file.to_str().unwrap(),
+            "--uri",
+            &c_uri,
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let tokens = dir.join("tokens.json");
+    std::fs::write(
+        &tokens,
+        r#"{"tokens": [
+            {"token": "admin-a-token-0123456789", "role": "admin", "stores": ["a"]},
+            {"token": "admin-token-0123456789", "role": "admin"}]}"#,
+    )
+    .unwrap();
+    let server = ServerProc::start(&root, &["--tokens", tokens.to_str().unwrap()]);
+    let tenant = server.client().with_token("admin-a-token-0123456789");
+    let admin = server.client().with_token("admin-token-0123456789");
+    let spec: Value = serde_json::from_str(TICKETS).unwrap();
+    let create_a = |uri: &str| CreateStore {
+        uri: Some(uri.to_string()),
+        ..CreateStore::spec("a", spec.clone())
+    };
+
+    // Before any other store exists: a store around the stores directory
+    // would hold every later tenant's data (and its drop would wipe them).
+    let (status, message) = status_of(
+        tenant
+            .create_store(&create_a(&format!("FILE://{root_arg}/stores")))
+            .await,
+    );
+    assert_eq!(status, 400, "{message}");
+
+    admin
+        .create_store(&CreateStore::spec("b", spec.clone()))
+        .await
+        .unwrap();
+    for victim in ["b", "c"] {
+        admin
+            .add(victim, &[json!({"id": "1", "n": 1})])
+            .await
+            .unwrap();
+    }
+    std::os::unix::fs::symlink(root.join("stores/b"), dir.join("link")).unwrap();
+
+    let mut refused = crate::registry::hostile_uris(&dir, &root);
+    refused.extend([
+        // Outside the allowed prefix (the root's stores/).
+        dir.join("free/a").to_string_lossy().into_owned(),
+        format!("file://{}/free/a", dir.display()),
+        // Storage this server does not have, or may not use.
+        "s3://bucket/tenants/a".to_string(),
+        "http://127.0.0.1:9/a".to_string(),
+        "https://127.0.0.1:9/a".to_string(),
+        "gs://bucket/a".to_string(),
+        "az://container/a".to_string(),
+        "memory:///a".to_string(),
+    ]);
+    for uri in refused {
+        let before = crate::registry::tree(&dir);
+        let (status, message) = status_of(tenant.create_store(&create_a(&uri)).await);
+        assert_eq!(status, 400, "{uri}: {message}");
+        assert!(
+            message.contains(&uri),
+            "{uri}: the message names it: {message}"
+        );
+        assert!(
+            !message.contains(".rs:"),
+            "{uri}: a source path in the message: {message}"
+        );
+        assert_eq!(crate::registry::tree(&dir), before, "{uri}: it wrote");
+        for victim in ["b", "c"] {
+            assert!(
+                admin.get(victim, "1").await.unwrap().is_some(),
+                "{uri}: {victim}"
+            );
+        }
+        assert_eq!(status_of_get(&server, "/ready").await, 200, "{uri}");
+        assert_eq!(admin.list_stores().await.unwrap().len(), 2, "{uri}");
+    }
+
+    // A stray directory where entries are does not break the listing.
+    std::fs::create_dir_all(root.join("registry/stores/zz.json/_versions")).unwrap();
+    assert_eq!(admin.list_stores().await.unwrap().len(), 2);
+    assert_eq!(status_of_get(&server, "/ready").await, 200);
+
+    // A name that is a path: 400, and nothing on disk.
+    let before = crate::registry::tree(&dir);
+    for path in [
+        "/api/v1/stores/..%2F..%2F..%2Fpwned",
+        "/api/v1/stores/..%2F..%2Fpwned",
+    ] {
+        let (status, body) = admin
+            .raw("DELETE", path, "application/json", Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(status, 400, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    assert_eq!(crate::registry::tree(&dir), before);
+
+    // Its own place is the tenant's; the other stores still drop.
+    let own = format!("file://{root_arg}/stores/a");
+    tenant.create_store(&create_a(&own)).await.unwrap();
+    tenant.drop_store("a").await.unwrap();
+    for victim in ["b", "c"] {
+        admin.drop_store(victim).await.unwrap();
+    }
+    assert!(!root.join("stores/b").exists());
+    assert!(!dir.join("elsewhere/c").exists());
+}
+
+/// `serve --allow-uri-prefix` replaces the default prefix (the root's
+/// `stores/`): a uri inside a given prefix is created however it is spelt,
+/// the root's `stores/` is refused unless given too, a store without a uri
+/// still goes to the root; a prefix that names no location stops the server
+/// at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_uri_prefixes_replace_the_default_and_are_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(dir.path()).unwrap();
+    let root = dir.join("root");
+    let tenants = format!("{}/tenants/", dir.display());
+    let server = ServerProc::start(&root, &["--allow-uri-prefix", &tenants]);
+    let c = server.client();
+    let spec: Value = serde_json::from_str(TICKETS).unwrap();
+    let create = |name: &str, uri: Option<String>| CreateStore {
+        uri,
+        ..CreateStore::spec(name, spec.clone())
+    };
+    let inside = format!("FILE://{}/tenants/x/../a", dir.display());
+    let a = c.create_store(&create("a", Some(inside))).await.unwrap();
+    assert!(dir.join("tenants/a/_versions").is_dir(), "{a:?}");
+    let own_place = format!("{}/stores/b", root.display());
+    let (status, message) = status_of(c.create_store(&create("b", Some(own_place))).await);
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("outside the locations"), "{message}");
+    c.create_store(&create("b", None)).await.unwrap();
+    assert!(root.join("stores/b/_versions").is_dir());
+    for name in ["a", "b"] {
+        c.drop_store(name).await.unwrap();
+    }
+    drop(server);
+
+    let (code, _, err) = crate::support::cli(
+        &dir,
+        &[
+            "serve",
+            "--root",
+            root.to_str().unwrap(),
+            "--addr",
+            "127.0.0.1:0",
+            "--allow-uri-prefix",
+            "http://127.0.0.1:9/stores/",
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no storage for scheme 'http'"), "{err}");
 }

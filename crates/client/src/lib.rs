@@ -76,7 +76,10 @@ pub struct CreateStore {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub params: BTreeMap<String, Value>,
-    /// Where the data goes (default: the server's root); e.g. `s3://…`.
+    /// Where the data goes (default: `<root>/stores/<name>` on the server).
+    /// It must be inside a prefix the server allows (`serve
+    /// --allow-uri-prefix`; by default the root's `stores/`) and reach no
+    /// other store's data, else 400.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
 }

@@ -177,7 +177,10 @@ impl RegistryError {
             | Self::MissingStorageOptions { .. }
             | Self::UriNotEmpty { .. }
             | Self::UpgradeRefused { .. }
-            | Self::UnsafeUri { .. } => ErrorKind::InvalidInput,
+            | Self::UnsafeUri { .. }
+            | Self::InvalidUri(_)
+            | Self::UriRefused { .. }
+            | Self::UriNotAllowed { .. } => ErrorKind::InvalidInput,
             Self::NotFound { .. } | Self::PluginMissing { .. } => ErrorKind::NotFound,
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,
             Self::Incomplete { .. } => ErrorKind::Unavailable,
@@ -211,6 +214,9 @@ pub fn error_kind(err: &(dyn std::error::Error + 'static)) -> ErrorKind {
 fn known_kind(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     if let Some(e) = e.downcast_ref::<RegistryError>() {
         return Some(e.kind());
+    }
+    if e.downcast_ref::<lance_context_store::UriError>().is_some() {
+        return Some(ErrorKind::InvalidInput);
     }
     if let Some(e) = e.downcast_ref::<PipelineError>() {
         return Some(e.kind());

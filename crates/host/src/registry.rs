@@ -33,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lance_context_store::{
-    IndexSettings, Location, RecordCapabilities, Store, StoreConfig, VectorColumn, VectorIndexKind,
+    CanonicalLocation, IndexSettings, Location, RecordCapabilities, Store, StoreConfig,
+    VectorColumn, VectorIndexKind,
 };
 use serde::{Deserialize, Serialize};
 
@@ -181,6 +182,33 @@ pub enum RegistryError {
         /// The location.
         uri: String,
     },
+    /// The uri names no place Lance would write to as it says (see
+    /// [`lance_context_store::resolve_uri`]).
+    #[error(transparent)]
+    InvalidUri(#[from] lance_context_store::UriError),
+    /// A new store's location is, contains or is inside data that is not
+    /// its own.
+    #[error("store '{name}': refusing to create it at {uri}: {reason}")]
+    UriRefused {
+        /// The store name.
+        name: String,
+        /// The location, as given.
+        uri: String,
+        /// Whose data it would reach.
+        reason: UriConflict,
+    },
+    /// The uri is outside the locations this caller may create stores in
+    /// (the server's allowed prefixes).
+    #[error(
+        "uri '{uri}' is outside the locations stores may be created in here ({}); leave the uri out to create the store in the data root",
+        allowed.join(", ")
+    )]
+    UriNotAllowed {
+        /// The location, as given.
+        uri: String,
+        /// The allowed prefixes.
+        allowed: Vec<String>,
+    },
     /// Drop refused to delete a location that is not (only) this store's data.
     #[error("store '{name}': refusing to delete {uri}: {reason}")]
     UnsafeUri {
@@ -194,6 +222,42 @@ pub enum RegistryError {
 }
 
 type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+/// Whose data a store's location would reach (see [`RegistryError::UriRefused`]
+/// and [`RegistryError::UnsafeUri`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UriConflict {
+    /// The data root, or a directory containing it.
+    #[error("it is the data root or contains it")]
+    DataRoot,
+    /// The registry's own files.
+    #[error("it is the registry, inside it or around it")]
+    Registry,
+    /// Another store's data (whatever the spelling of either uri).
+    #[error("it overlaps store '{name}' at {uri}")]
+    Store {
+        /// The other store.
+        name: String,
+        /// Its uri.
+        uri: String,
+    },
+    /// The data root's `stores/`, where every store created without a uri
+    /// goes.
+    #[error("it is the data root's stores directory, where every store without a uri goes")]
+    StoresDir,
+    /// Another name's place in the data root's `stores/`
+    /// (`<root>/stores/<other>`, where a store of that name would go).
+    #[error(
+        "it is {place} or inside it, where store '{slot}' would go (under the data root's stores/ a store goes in its own name's place)"
+    )]
+    OtherPlace {
+        /// The name whose place it is.
+        slot: String,
+        /// The place.
+        place: String,
+    },
+}
 
 /// Where a store's schema comes from.
 #[derive(Clone)]
@@ -445,33 +509,50 @@ fn is_sha256(digest: &str) -> bool {
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// A uri as a comparable location: local paths made absolute and
-/// normalised (without touching the file system), others as given with a
-/// trailing `/`.
-fn location(uri: &str) -> String {
-    let local = uri.strip_prefix("file://").unwrap_or(uri);
-    if uri.contains("://") && !uri.starts_with("file://") {
-        return format!("{}/", uri.trim_end_matches('/'));
-    }
-    let path = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
-    let mut clean = PathBuf::new();
-    for part in path.components() {
-        match part {
-            std::path::Component::ParentDir => {
-                clean.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => clean.push(other),
-        }
-    }
-    // Follow symlinks where the path exists, so a link cannot disguise it.
-    let clean = std::fs::canonicalize(&clean).unwrap_or(clean);
-    format!("{}/", clean.to_string_lossy().trim_end_matches('/'))
+/// The canonical location of a local directory.
+fn canonical_dir(dir: &Path) -> Result<CanonicalLocation> {
+    Ok(CanonicalLocation::of(&dir.to_string_lossy())?)
 }
 
-/// Whether one location contains the other (or they are the same).
-fn overlaps(a: &str, b: &str) -> bool {
-    a.starts_with(b) || b.starts_with(a)
+/// Whether `uri`, given over an interface that confines stores (the
+/// server), is inside one of the `allowed` prefixes ([`CanonicalLocation`]:
+/// however either is spelt). Refused as [`RegistryError::UriNotAllowed`];
+/// a uri that does not resolve is [`RegistryError::InvalidUri`].
+pub fn check_uri_allowed(uri: &str, allowed: &[String]) -> Result<()> {
+    let target = CanonicalLocation::of(uri)?;
+    for prefix in allowed {
+        if CanonicalLocation::of(prefix)?.contains(&target) {
+            return Ok(());
+        }
+    }
+    Err(RegistryError::UriNotAllowed {
+        uri: uri.to_string(),
+        allowed: allowed.to_vec(),
+    })
+}
+
+/// What [`Registry::entries`] found.
+#[derive(Debug, Default)]
+struct Entries {
+    /// The entries that read.
+    read: Vec<StoreEntry>,
+    /// The name and recorded uri of entries that do not read.
+    unread_uris: Vec<Unread>,
+    /// The bytes of entries that do not read.
+    unread_bytes: Vec<Vec<u8>>,
+}
+
+/// An entry that does not read, and the uri it records.
+#[derive(Debug)]
+struct Unread {
+    name: String,
+    uri: String,
+}
+
+/// The `uri` an entry's bytes record, if they are a JSON object with one.
+fn recorded_uri(bytes: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    value.get("uri")?.as_str().map(str::to_string)
 }
 
 impl Registry {
@@ -497,6 +578,8 @@ impl Registry {
     }
 
     fn entry_path(&self, name: &str) -> PathBuf {
+        // Every caller checked the name (it becomes a file name).
+        debug_assert!(check_name(name).is_ok(), "{name}");
         self.root.join(format!("registry/stores/{name}.json"))
     }
 
@@ -508,6 +591,9 @@ impl Registry {
     /// The lock a create or drop of `name` holds for its whole run (waited
     /// for off the async threads).
     async fn name_lock(&self, name: &str) -> Result<Lock> {
+        // The name becomes a file name: it is checked first, so `../x`
+        // never reaches the file system.
+        check_name(name)?;
         let path = self.root.join(format!("registry/locks/{name}.lock"));
         tokio::task::spawn_blocking(move || Lock::acquire(&path))
             .await
@@ -521,6 +607,73 @@ impl Registry {
     /// deciding that a plugin file is no longer pinned.
     fn pins_lock(&self) -> Result<Lock> {
         Lock::acquire(&self.root.join("registry/locks/pins.lock"))
+    }
+
+    /// What data other than `name`'s own the location `uri` would reach,
+    /// compared in canonical form ([`CanonicalLocation`]: whatever the
+    /// spelling, symlinks followed): the data root or anything containing
+    /// it, the registry, another registered store's data (inside, around or
+    /// the same). For a new store (`new`), also the data root's `stores/`
+    /// and any other name's place in it (`<root>/stores/<other>`): that is
+    /// where a store of that name goes. An existing store is not held to
+    /// that rule, so a store placed there before it existed still drops
+    /// (the registered store of that name, if any, is protected anyway).
+    /// One check for create and drop.
+    fn location_conflict(&self, name: &str, uri: &str, new: bool) -> Result<Option<UriConflict>> {
+        let target = CanonicalLocation::of(uri)?;
+        let root = canonical_dir(&self.root)?;
+        if target.contains(&root) {
+            return Ok(Some(UriConflict::DataRoot));
+        }
+        if target.overlaps(&canonical_dir(&self.root.join("registry"))?) {
+            return Ok(Some(UriConflict::Registry));
+        }
+        let entries = self.entries()?;
+        let others = entries
+            .read
+            .iter()
+            .map(|e| (&e.name, &e.uri))
+            .chain(entries.unread_uris.iter().map(|u| (&u.name, &u.uri)));
+        for (other, other_uri) in others {
+            // An entry whose uri no longer resolves holds no data Lance
+            // could reach through it.
+            let Ok(at) = CanonicalLocation::of(other_uri) else {
+                continue;
+            };
+            if other != name && target.overlaps(&at) {
+                return Ok(Some(UriConflict::Store {
+                    name: other.clone(),
+                    uri: other_uri.clone(),
+                }));
+            }
+        }
+        let stores = canonical_dir(&self.root.join("stores"))?;
+        if new && stores.contains(&target) {
+            return Ok(match stores.child_towards(&target) {
+                None => Some(UriConflict::StoresDir),
+                Some(slot) if slot != name => Some(UriConflict::OtherPlace {
+                    slot: slot.to_string(),
+                    place: self.root.join("stores").join(slot).display().to_string(),
+                }),
+                Some(_) => None,
+            });
+        }
+        Ok(None)
+    }
+
+    /// Refuse a new store's location unless Lance writes all of it where the
+    /// uri says ([`lance_context_store::check_new_uri`]) and it reaches no
+    /// one else's data ([`Self::location_conflict`]).
+    fn check_new_location(&self, name: &str, uri: &str) -> Result<()> {
+        lance_context_store::check_new_uri(uri)?;
+        match self.location_conflict(name, uri, true)? {
+            Some(reason) => Err(RegistryError::UriRefused {
+                name: name.to_string(),
+                uri: uri.to_string(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Refuse to delete `uri` unless it is only `name`'s data: a Lance
@@ -537,21 +690,8 @@ impl Registry {
             uri: uri.to_string(),
             reason,
         };
-        let target = location(uri);
-        let root = location(&self.root.to_string_lossy());
-        if root.starts_with(&target) {
-            return Err(unsafe_uri("it is the data root or contains it".into()));
-        }
-        if target.starts_with(&format!("{root}registry/")) {
-            return Err(unsafe_uri("it is inside the registry".into()));
-        }
-        for other in self.list()? {
-            if other.name != name && overlaps(&target, &location(&other.uri)) {
-                return Err(unsafe_uri(format!(
-                    "it overlaps store '{}' at {}",
-                    other.name, other.uri
-                )));
-            }
+        if let Some(conflict) = self.location_conflict(name, uri, false)? {
+            return Err(unsafe_uri(conflict.to_string()));
         }
         let mut config = StoreConfig::new(uri);
         config.storage_options = storage_options.clone();
@@ -569,6 +709,16 @@ impl Registry {
     /// the name, pin the plugin, create the dataset. Returns it opened.
     pub async fn create(&self, name: &str, options: CreateOptions) -> Result<NamedStore> {
         check_name(name)?;
+        // The location before anything runs or is written (checked again
+        // when the name is claimed: a store created meanwhile counts).
+        let uri = options.uri.clone().unwrap_or_else(|| {
+            self.root
+                .join("stores")
+                .join(name)
+                .to_string_lossy()
+                .into_owned()
+        });
+        self.check_new_location(name, &uri)?;
         // (bytes, describe params, pinned source, label for errors, key rule)
         let (bytes, params, source, label, key_rule) = match &options.source {
             SchemaSource::Builtin(plugin) => {
@@ -647,13 +797,6 @@ impl Registry {
             });
         let probe_warnings = probe_before_pin(&plugin, &label, samples).await?;
 
-        let uri = options.uri.clone().unwrap_or_else(|| {
-            self.root
-                .join("stores")
-                .join(name)
-                .to_string_lossy()
-                .into_owned()
-        });
         let mut keys: Vec<String> = options.storage_options.keys().cloned().collect();
         keys.sort();
         let mut entry = StoreEntry {
@@ -689,6 +832,9 @@ impl Registry {
         // Claim the name and pin the plugin together: a drop deciding that
         // the plugin file is unpinned sees this entry, or runs before it.
         let pins = self.pins_lock()?;
+        // Under the lock every claim takes: a concurrent create of an
+        // overlapping location has claimed its name (and is seen) or waits.
+        self.check_new_location(name, &entry.uri)?;
         let path = self.entry_path(name);
         let claim = std::fs::OpenOptions::new()
             .write(true)
@@ -810,20 +956,58 @@ impl Registry {
         serde_json::to_vec_pretty(&stored).expect("an entry serializes")
     }
 
-    /// Every entry, by name.
+    /// Every entry, by name. A file under `registry/stores/` that is not a
+    /// regular `<name>.json` file is skipped, and so is an entry that does
+    /// not read (it does not parse, names another store, …): each is logged
+    /// as a warning, and `describe` of its name reports why. One damaged
+    /// entry does not hide the others or fail every caller of the listing.
     pub fn list(&self) -> Result<Vec<StoreEntry>> {
+        Ok(self.entries()?.read)
+    }
+
+    /// The entries under `registry/stores/`: those that read, and for those
+    /// that do not, their raw bytes (so a plugin they may pin is kept) and
+    /// the uri they record, if any can be found (so their data is not
+    /// overlapped).
+    fn entries(&self) -> Result<Entries> {
         let dir = self.root.join("registry/stores");
         let mut names = BTreeSet::new();
         for item in std::fs::read_dir(&dir).map_err(io(&dir))? {
             let item = item.map_err(io(&dir))?;
             let file = item.file_name().to_string_lossy().into_owned();
-            if let Some(name) = file.strip_suffix(".json")
-                && check_name(name).is_ok()
-            {
-                names.insert(name.to_string());
+            let Some(name) = file.strip_suffix(".json") else {
+                continue;
+            };
+            if check_name(name).is_err() {
+                continue;
+            }
+            // Not following links: an entry is a file the registry wrote.
+            if !item.file_type().is_ok_and(|t| t.is_file()) {
+                tracing::warn!(path = %item.path().display(), "not a registry entry (not a regular file): skipped");
+                continue;
+            }
+            names.insert(name.to_string());
+        }
+        let mut entries = Entries::default();
+        for name in names {
+            match self.describe(&name) {
+                Ok(entry) => entries.read.push(entry),
+                Err(e) => {
+                    tracing::warn!(store = %name, error = %e, "a registry entry does not read: skipped");
+                    let path = self.entry_path(&name);
+                    let bytes = std::fs::read(&path).unwrap_or_default();
+                    if let Some(uri) = recorded_uri(&bytes) {
+                        let uri = match !uri.contains("://") && Path::new(&uri).is_relative() {
+                            true => self.root.join(&uri).to_string_lossy().into_owned(),
+                            false => uri,
+                        };
+                        entries.unread_uris.push(Unread { name, uri });
+                    }
+                    entries.unread_bytes.push(bytes);
+                }
             }
         }
-        names.iter().map(|n| self.describe(n)).collect()
+        Ok(entries)
     }
 
     /// Load the plugin a store pins, checking its hash and its spec (on the
@@ -918,6 +1102,7 @@ impl Registry {
         name: &str,
         storage_options: &HashMap<String, String>,
     ) -> Result<DropReport> {
+        check_name(name)?;
         let _name = self.name_lock(name).await?;
         let entry = self.describe(name)?;
         if self
@@ -1030,7 +1215,14 @@ impl Registry {
     /// Remove the plugin file of `sha256` when no entry pins it any more
     /// (call holding the pins lock); the path removed.
     fn remove_if_unpinned(&self, sha256: &str) -> Result<Option<PathBuf>> {
-        if self.list()?.iter().any(|e| e.plugin.sha256 == sha256) {
+        let entries = self.entries()?;
+        // An entry that does not read may still pin it: kept if its bytes
+        // name the digest.
+        let named_by_unread = entries
+            .unread_bytes
+            .iter()
+            .any(|b| b.windows(sha256.len()).any(|w| w == sha256.as_bytes()));
+        if named_by_unread || entries.read.iter().any(|e| e.plugin.sha256 == sha256) {
             return Ok(None);
         }
         let path = self.plugin_path(sha256);

@@ -94,6 +94,7 @@ mod id;
 mod merge;
 mod read;
 mod store;
+mod uri;
 mod writer;
 
 pub use config::{
@@ -112,4 +113,7 @@ pub use read::{BatchStream, ScanRequest, SortKey, VectorQuery, Visibility, check
 pub use store::input::{MAX_KEY_BYTES, MAX_VECTOR_SQUARED_NORM, RESERVED_STATUS, VectorProblem};
 pub use store::records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, VersionInfo, WalStatus};
+pub use uri::{
+    CanonicalLocation, DataLocation, UriError, check_new_uri, resolve_uri, without_source_locations,
+};
 pub use writer::AddOutcome;

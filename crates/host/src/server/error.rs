@@ -119,8 +119,14 @@ impl ApiError {
 }
 
 /// The error and its causes, as one line (a cause already in the message
-/// is not repeated).
+/// is not repeated), without the source locations Lance's errors carry
+/// (they show the build's file paths, nothing a client can act on).
 fn full_message(err: &(dyn std::error::Error + 'static)) -> String {
+    lance_context_store::without_source_locations(&chained(err))
+}
+
+/// The error and its causes, as one line.
+fn chained(err: &(dyn std::error::Error + 'static)) -> String {
     let mut message = err.to_string();
     let mut next = err.source();
     while let Some(cause) = next {

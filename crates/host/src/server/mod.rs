@@ -64,6 +64,12 @@ pub struct ServerConfig {
     /// longest without a request in progress is closed to make room; when
     /// every one is serving a request, new connections wait unaccepted.
     pub max_connections: usize,
+    /// Where a store created with a uri may go: a uri must be inside one of
+    /// these (compared in canonical form, however either is spelt; see
+    /// [`crate::check_uri_allowed`]), else 400. Empty: the data root's
+    /// `stores/` only. A store created without a uri goes to
+    /// `<root>/stores/<name>` whatever this says.
+    pub allowed_uri_prefixes: Vec<String>,
 }
 
 impl ServerConfig {
@@ -84,6 +90,16 @@ impl ServerConfig {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            allowed_uri_prefixes: Vec::new(),
+        }
+    }
+
+    /// The prefixes a given uri must be inside: the configured ones, or the
+    /// data root's `stores/`.
+    pub fn uri_prefixes(&self, root: &std::path::Path) -> Vec<String> {
+        match self.allowed_uri_prefixes.is_empty() {
+            true => vec![format!("{}/", root.join("stores").display())],
+            false => self.allowed_uri_prefixes.clone(),
         }
     }
 }
@@ -155,6 +171,11 @@ impl Server {
             crate::default_cache_dir().as_deref(),
         )?);
         let registry = Registry::at(&config.root, runtime)?;
+        // A prefix that names no location is a mistake to report now, not
+        // on every create.
+        for prefix in &config.allowed_uri_prefixes {
+            lance_context_store::CanonicalLocation::of(prefix).map_err(RegistryError::from)?;
+        }
         let listener = tokio::net::TcpListener::bind(config.addr).await?;
         Ok(Self {
             listener,

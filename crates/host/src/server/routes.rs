@@ -502,6 +502,12 @@ async fn create_store(
             "uri '{uri}': give an absolute path or a URL (a store without uri goes under the data root)"
         )));
     }
+    // A caller of the API goes only where the operator allows (the
+    // registry then keeps it off every other store's data).
+    if let Some(uri) = &create.uri {
+        let allowed = state.config.uri_prefixes(state.registry.root());
+        crate::check_uri_allowed(uri, &allowed)?;
+    }
     let source = match (create.plugin, create.plugin_wasm_base64, create.spec) {
         (Some(p), None, None) => SchemaSource::Builtin(p),
         (None, Some(b64), None) => SchemaSource::Plugin {

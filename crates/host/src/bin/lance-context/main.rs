@@ -110,10 +110,13 @@ fn main() -> ExitCode {
         Err(err) => {
             let kind = exit::kind(&err);
             let code = exit::code(kind);
+            // Lance's errors carry the source locations they were made at:
+            // the build's file paths, nothing a user can act on.
+            let message = lance_context_store::without_source_locations(&format!("{err:#}"));
             if out.json_errors {
                 let mut error = serde_json::json!({
                     "kind": kind.as_str(),
-                    "message": format!("{err:#}"),
+                    "message": message,
                     "exit_code": code,
                 });
                 let details = exit::details(&err);
@@ -122,7 +125,7 @@ fn main() -> ExitCode {
                 }
                 eprintln!("{}", serde_json::json!({ "error": error }));
             } else {
-                eprintln!("error: {}", exit::printable(&format!("{err:#}")));
+                eprintln!("error: {}", exit::printable(&message));
             }
             ExitCode::from(code)
         }

@@ -72,6 +72,12 @@ pub struct ServeCommand {
     /// Memory one compile may use, MiB.
     #[arg(long, default_value_t = 2048)]
     compile_memory_mib: usize,
+    /// Where a store created with a uri may go (a directory, or e.g.
+    /// s3://bucket/tenants/); repeatable. A uri outside every prefix is
+    /// refused (400). Default: the data root's stores/ only. Stores created
+    /// without a uri go to ROOT/stores/NAME regardless.
+    #[arg(long = "allow-uri-prefix", value_name = "PREFIX")]
+    allow_uri_prefixes: Vec<String>,
 }
 
 impl ServeCommand {
@@ -106,6 +112,7 @@ impl ServeCommand {
         config.header_timeout = Duration::from_secs(self.header_timeout_secs.max(1));
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs.max(1));
         config.max_connections = self.max_connections.max(1);
+        config.allowed_uri_prefixes = self.allow_uri_prefixes;
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         // The first line on stdout is the address (scripts and tests read it).
