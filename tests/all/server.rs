@@ -1381,6 +1381,8 @@ fn oversized_uris_and_heads_get_json_error_bodies() {
     // The server still serves.
     let health = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     assert_eq!(raw_exchange(&addr, health).0, 200);
+}
+
 /// GET `path` without a token; the status.
 async fn status_of_get(server: &ServerProc, path: &str) -> u16 {
     server
