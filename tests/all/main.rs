@@ -20,6 +20,7 @@ mod server;
 mod shards;
 mod soak;
 mod storage_options;
+mod takeover;
 mod tenants;
 mod torture;
 mod vectors;

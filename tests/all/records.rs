@@ -2732,3 +2732,66 @@ async fn keys_and_secondary_keys_longer_than_the_limit_are_refused() {
     assert!(store.get(&longest).await.unwrap().is_some());
     store.close().await.unwrap();
 }
+
+/// Item 4 of the takeover review: T1's upsert checked (secondary key `s` →
+/// r1) and is about to write; another handle of the same instance claims
+/// the shard and supersedes r1 itself; T2 meets the fence and reclaims. T1
+/// must not then write under the new claim what it checked under the old
+/// one (r1 superseded twice: two current versions of `s`). The reclaim
+/// waits for the record write in flight, which fails on the fenced writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_write_whose_checks_a_reclaim_overtook_is_refused() {
+    let (_dir, uri) = temp_uri();
+    let first = std::sync::Arc::new(store(&uri).await);
+    first
+        .add(&records(&[("r1", Some("s"), "one")], &[]))
+        .await
+        .unwrap();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    first.pause_next_record_write(Box::new(move || {
+        Box::pin(async move {
+            let _ = paused_tx.send(());
+            let _ = go_rx.await;
+        })
+    }));
+    let t1 = {
+        let store = first.clone();
+        tokio::spawn(async move {
+            store
+                .upsert(&records(&[("r2", Some("s"), "two")], &[]))
+                .await
+        })
+    };
+    paused_rx.await.unwrap();
+
+    // The same instance elsewhere (a CLI upsert) claims the shard.
+    let cli = Store::open(caps_config(&uri)).await.unwrap();
+    cli.upsert(&records(&[("r3", Some("s"), "three")], &[]))
+        .await
+        .unwrap();
+    cli.close().await.unwrap();
+
+    // T2 (which met the fence; its own write waits for T1's record lock
+    // here) reclaims while T1 is still paused.
+    let reclaim = {
+        let store = first.clone();
+        tokio::spawn(async move { store.reclaim().await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    go_tx.send(()).unwrap();
+    let t1 = t1.await.unwrap();
+    reclaim.await.unwrap().unwrap();
+    assert!(
+        t1.as_ref().is_err_and(|e| e.is_fenced()),
+        "T1 wrote under the new claim: {t1:?}"
+    );
+    let current = visible(&first, Visibility::default()).await;
+    assert_eq!(current, ["r3"], "current versions of s: {current:?}");
+    // After the reclaim, record writes go on.
+    first
+        .upsert(&records(&[("r4", Some("s"), "four")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(visible(&first, Visibility::default()).await, ["r4"]);
+}

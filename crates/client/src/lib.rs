@@ -331,6 +331,36 @@ pub struct StoreStatus {
     pub indexes: Vec<IndexStatus>,
     /// The last failure of background maintenance, if any.
     pub last_background_error: Option<String>,
+    /// Background maintenance on the answering instance: `running`,
+    /// `paused` (the writer was fenced, or is taking its shard back after a
+    /// failed WAL write) or `off`.
+    #[serde(default)]
+    pub maintenance: String,
+    /// Why maintenance is paused or off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_reason: Option<String>,
+    /// Each shard's manifest on storage.
+    #[serde(default)]
+    pub shard_manifests: Vec<ShardManifestStatus>,
+}
+
+/// One shard's manifest on storage: versions kept and their bytes, and the
+/// newest version (what every read of the shard's state reads).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShardManifestStatus {
+    /// The shard (a UUID).
+    pub shard: String,
+    /// Manifest versions kept.
+    pub versions: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The newest version's number.
+    pub newest_version: u64,
+    /// The newest version's bytes.
+    pub newest_bytes: u64,
+    /// Generations the newest version lists (only unmerged ones after a merge).
+    pub listed_generations: usize,
 }
 
 /// A shard's unmerged generations.

@@ -2,7 +2,9 @@
 //! (`lance_context_client::{StoreStatus, MergeReport, CompactionReport}`):
 //! one JSON form for the REST server and the CLI's `--json`.
 
-use lance_context_client::{CompactionReport, IndexStatus, MergeReport, PendingShard, StoreStatus};
+use lance_context_client::{
+    CompactionReport, IndexStatus, MergeReport, PendingShard, ShardManifestStatus, StoreStatus,
+};
 use lance_context_store::{CompactionStats, MergeStats, StoreStats};
 
 /// A store's state: `stats` and the number of records a scan returns.
@@ -38,6 +40,20 @@ pub fn store_status(stats: &StoreStats, rows: u64) -> StoreStatus {
             })
             .collect(),
         last_background_error: stats.last_background_error.clone(),
+        maintenance: stats.maintenance.name().to_string(),
+        maintenance_reason: stats.maintenance.reason().map(str::to_string),
+        shard_manifests: stats
+            .shard_manifests
+            .iter()
+            .map(|m| ShardManifestStatus {
+                shard: m.shard.to_string(),
+                versions: m.versions,
+                bytes: m.bytes,
+                newest_version: m.newest_version,
+                newest_bytes: m.newest_bytes,
+                listed_generations: m.listed_generations,
+            })
+            .collect(),
     }
 }
 

@@ -14,17 +14,19 @@
 //!   normally the merge itself, right after its commit). A ledger lost or
 //!   overwritten by a concurrent pass only delays cleanup (the next pass
 //!   records "now"), never hastens it.
-//! - The shard's **owner** (the handle holding its writer) also drops those
-//!   generations from the shard manifest's list, so it stays short. Other
-//!   handles leave the list alone (only the epoch holder may commit it;
-//!   readers skip listed generations at or below the marker anyway).
+//! - The shard's **owner** (the handle holding its writer, or a
+//!   `SingleWriter` takeover holding the claim it made) drops every merged
+//!   generation from the shard manifest's list right after the merge, so the
+//!   list holds only unmerged generations. Other handles leave the list
+//!   alone (only the epoch holder may commit it; readers skip listed
+//!   generations at or below the marker anyway).
 //! - **WAL entries** below both of the manifest's replay and last-seen
 //!   positions (replay never reads them; the last-seen entry is kept because
 //!   Lance's fencing finds the log's tip from it) are deleted once older than
 //!   the grace, by their own timestamps.
-//! - **Old shard manifest versions** are pruned, keeping the newest
-//!   [`MANIFEST_VERSIONS_KEPT`] (Lance itself never deletes one younger than a
-//!   day, which keeps a stale writer fenced).
+//! - **Old shard manifest versions** are pruned beyond the newest
+//!   [`MANIFEST_VERSIONS_KEPT`] once two hours old (see
+//!   [`crate::MergeSettings::manifest_prune_age`]; Lance itself waits a day).
 //! - **Old base-table versions** are removed by the retention policy
 //!   ([`crate::RetentionSettings`]): a version goes when it is neither among
 //!   the newest `keep_versions` nor younger than `keep_for`.
@@ -36,7 +38,6 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use lance::Dataset;
 use lance::dataset::cleanup::CleanupPolicy;
-use lance::dataset::mem_wal::ShardManifestStore;
 use lance::dataset::mem_wal::util::{parse_bit_reversed_filename, shard_base_path};
 use lance::io::ObjectStore;
 use uuid::Uuid;
@@ -155,7 +156,10 @@ pub(crate) async fn cleanup_shard(
     let mut ledger_changed = ledger.observe(marker);
     let is_due = |g: u64| ledger.merged_at(g).is_some_and(|t| due(grace, t));
 
-    // 1. The owner drops due generations from the manifest's list.
+    // 1. The owner drops merged generations from the manifest's list at
+    //    once: readers skip them by the base's marker, and a reader still on
+    //    an older base finds the list starting past its marker (a gap) and
+    //    reads the newer base. Their files stay for the grace.
     if let Some(writer) = ctx.writer
         && writer.check_latch().is_ok()
     {
@@ -165,7 +169,7 @@ pub(crate) async fn cleanup_shard(
                 .sstables
                 .iter()
                 .map(|s| s.generation)
-                .filter(|g| *g <= marker && is_due(*g))
+                .filter(|g| *g <= marker)
                 .collect();
             if !droppable.is_empty() {
                 manifest_store
@@ -201,11 +205,15 @@ pub(crate) async fn cleanup_shard(
             continue;
         };
         if generation <= marker && is_due(generation) {
-            store
+            // Another handle's cleanup may have removed it first.
+            match store
                 .remove_dir_all(shard_dir.clone().join(name.trim_end_matches('/')))
                 .await
-                .ctx("removing a merged generation")?;
-            stats.generations_removed += 1;
+            {
+                Ok(()) => stats.generations_removed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(Error::from_lance("removing a merged generation", None, e)),
+            }
         } else if generation <= marker {
             oldest_kept = Some(oldest_kept.map_or(generation, |o| o.min(generation)));
         }
@@ -243,28 +251,72 @@ pub(crate) async fn cleanup_shard(
             }
         }
         for path in doomed {
-            store
-                .delete(&path)
-                .await
-                .ctx("removing a replayed WAL entry")?;
-            stats.wal_files_removed += 1;
+            match store.delete(&path).await {
+                Ok(()) => stats.wal_files_removed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(Error::from_lance("removing a replayed WAL entry", None, e)),
+            }
         }
 
-        // 4. Old shard manifest versions (Lance keeps those under a day old).
+        // 4. Old shard manifest versions.
         if manifest.version > MANIFEST_VERSIONS_KEPT {
-            let manifests = ShardManifestStore::new(
-                store.clone(),
+            stats.manifest_versions_removed += prune_manifest_versions(
+                &store,
                 &dataset.branch_location().path,
                 ctx.shard,
-                2,
-            );
-            stats.manifest_versions_removed += manifests
-                .prune_versions_before(manifest.version - MANIFEST_VERSIONS_KEPT)
-                .await
-                .map_err(|e| Error::from_lance("pruning shard manifests", Some(ctx.shard), e))?;
+                manifest.version - MANIFEST_VERSIONS_KEPT,
+                ctx.settings.manifest_prune_age,
+            )
+            .await?;
         }
     }
     Ok(())
+}
+
+/// Remove the shard's manifest versions below `keep_from` written at least
+/// `age` ago (see [`crate::MergeSettings::manifest_prune_age`]), oldest first, stopping at the first younger
+/// one or the first failure, so the versions left stay contiguous; the
+/// number removed.
+async fn prune_manifest_versions(
+    store: &ObjectStore,
+    base_path: &object_store::path::Path,
+    shard: Uuid,
+    keep_from: u64,
+    age: Duration,
+) -> Result<usize> {
+    let dir = lance::dataset::mem_wal::util::shard_manifest_path(base_path, &shard);
+    let mut versions = Vec::new();
+    let mut listing = store.list(Some(dir));
+    while let Some(meta) = listing.next().await {
+        let meta = match meta {
+            Ok(meta) => meta,
+            Err(e) if e.is_not_found() => break,
+            Err(e) => return Err(Error::from_lance("listing shard manifests", Some(shard), e)),
+        };
+        if let Some(name) = meta.location.filename()
+            && name.ends_with(".binpb")
+            && let Some(version) = parse_bit_reversed_filename(name)
+        {
+            versions.push((
+                version,
+                meta.last_modified.timestamp_millis(),
+                meta.location,
+            ));
+        }
+    }
+    versions.sort_by_key(|(version, _, _)| *version);
+    let mut removed = 0;
+    for (version, written_ms, path) in versions {
+        if version >= keep_from || !due(age, written_ms) {
+            break;
+        }
+        match store.delete(&path).await {
+            Ok(()) => removed += 1,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(Error::from_lance("pruning shard manifests", Some(shard), e)),
+        }
+    }
+    Ok(removed)
 }
 
 /// Remove base-table versions the retention policy no longer keeps; the

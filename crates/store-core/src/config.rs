@@ -251,6 +251,13 @@ pub struct MergeSettings {
     /// answers `Busy` instead of writing (merges are failing or cannot keep
     /// up, and every read opens every unmerged generation). `None`: no bound.
     pub max_unmerged_generations: Option<usize>,
+    /// How old a shard manifest version must be before cleanup removes it
+    /// (the newest 16 are always kept). Default two hours: a Lance shard
+    /// writer builds its next manifest on a position it confirmed up to an
+    /// hour ago, so a version younger than that could be written again by a
+    /// stale writer once removed. Lower it only where no writer can be stale
+    /// (tests; one-shot batch jobs).
+    pub manifest_prune_age: Duration,
 }
 
 impl Default for MergeSettings {
@@ -261,6 +268,7 @@ impl Default for MergeSettings {
             interval: Some(Duration::from_secs(30)),
             cleanup_grace: Duration::from_secs(15 * 60),
             max_unmerged_generations: Some(256),
+            manifest_prune_age: Duration::from_secs(2 * 3600),
         }
     }
 }

@@ -136,6 +136,81 @@ pub struct StoreStats {
     /// Bytes of the data files the base table's current version references:
     /// what the store would hold with no history, WAL or indexes.
     pub base_data_bytes: u64,
+    /// Each shard's manifest: how many versions are kept and their bytes,
+    /// the newest one's size and how many generations it lists. Merges trim
+    /// the list to unmerged generations and cleanup keeps old versions
+    /// bounded, so these stay small however long the store lives.
+    pub shard_manifests: Vec<ShardManifestStats>,
+    /// Whether this handle's background maintenance (merges, compactions,
+    /// cleanup on their triggers) runs, and if not, why.
+    pub maintenance: MaintenanceState,
+}
+
+/// One shard's manifest on storage (see [`StoreStats::shard_manifests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardManifestStats {
+    /// The shard.
+    pub shard: Uuid,
+    /// Manifest versions kept on storage.
+    pub versions: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The newest version's number.
+    pub newest_version: u64,
+    /// The newest version's bytes: what every read of the shard's state reads.
+    pub newest_bytes: u64,
+    /// Generations the newest version lists (merged ones included until a
+    /// merge trims them).
+    pub listed_generations: usize,
+}
+
+/// Background maintenance of one store handle (see [`StoreStats::maintenance`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaintenanceState {
+    /// Merges, compactions and cleanup run on their configured triggers.
+    Running,
+    /// The task runs but skips every trigger, for the reason given: the
+    /// writer was fenced by another instance (until `reclaim` or a reopen) or
+    /// is taking its shard back after a failed WAL write (it resumes by
+    /// itself).
+    Paused {
+        /// Why.
+        reason: String,
+    },
+    /// No maintenance runs on this handle, for the reason given (opened
+    /// read-only, no trigger configured, closed, or the task ended).
+    Off {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl MaintenanceState {
+    /// A short name: `running`, `paused` or `off`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Paused { .. } => "paused",
+            Self::Off { .. } => "off",
+        }
+    }
+
+    /// Why it is paused or off.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Running => None,
+            Self::Paused { reason } | Self::Off { reason } => Some(reason),
+        }
+    }
+}
+
+impl std::fmt::Display for MaintenanceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.reason() {
+            None => f.write_str(self.name()),
+            Some(reason) => write!(f, "{} ({reason})", self.name()),
+        }
+    }
 }
 
 impl StoreStats {
@@ -178,6 +253,10 @@ pub(crate) struct Engine {
     /// compacts, before it compacts (tests: a commit racing it).
     #[cfg(feature = "failpoints")]
     pub compaction_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
+    /// Awaited by the next view after it read the base table, before it
+    /// reads the shard manifests (tests: a takeover between the two).
+    #[cfg(feature = "failpoints")]
+    pub view_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -241,9 +320,27 @@ impl Engine {
             let current = self.dataset.read().await.clone();
             let (dataset, shard_ids) =
                 futures::try_join!(self.fresh_dataset(), list_shards(&current))?;
+            #[cfg(feature = "failpoints")]
+            {
+                let pause = self
+                    .view_pause
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(pause) = pause {
+                    pause().await;
+                }
+            }
             let shards = shard_snapshots(&dataset, shard_ids, &self.manifests).await?;
             attempts += 1;
-            if attempts < 4 && shards.iter().any(|s| s.gap) {
+            // Lance dedupes a key within a shard only. Two shards holding
+            // unmerged rows against this base is either two writers with
+            // disjoint keys (`PartitionedKeys`) or a takeover that merged one
+            // shard after this base was read and then wrote the same keys
+            // through the other: then the base has moved, and the view is
+            // taken again, so a key is never read twice.
+            let shards_unmerged = shards.iter().filter(|s| s.unmerged > 0).count();
+            if attempts < 4 && (shards_unmerged > 1 || shards.iter().any(|s| s.gap)) {
                 let latest = dataset
                     .latest_version_id()
                     .await
@@ -345,11 +442,19 @@ impl Engine {
             let claimed = Writer::open(dataset, other, self.settings.writer.clone())
                 .await
                 .map_err(conflict)?;
-            claimed.close().await.map_err(conflict)?;
+            // Merged under the claim, so that its cleanup may trim the
+            // shard's list as the owner's would.
             let fresh = Arc::new(self.opener.open().await?);
-            let merged = Box::pin(merge_shard(self.merge_context(fresh, other, None, None)))
-                .await
-                .map_err(conflict)?;
+            let merged = Box::pin(merge_shard(self.merge_context(
+                fresh,
+                other,
+                Some(&claimed),
+                None,
+            )))
+            .await;
+            let closed = claimed.close().await;
+            let merged = merged.map_err(conflict)?;
+            closed.map_err(conflict)?;
             self.taken_over
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -702,10 +807,27 @@ impl Engine {
         let root = dataset.branch_location().path;
         let data_dir = root.clone().join("data");
         let (mut bytes_on_disk, mut base_data_bytes) = (0u64, 0u64);
-        let mut listing = store.list(Some(root));
+        let mut manifests: HashMap<Uuid, ShardManifestStats> = HashMap::new();
+        let mut listing = store.list(Some(root.clone()));
         while let Some(meta) = futures::StreamExt::next(&mut listing).await {
             let meta = meta.ctx("listing the store's objects")?;
             bytes_on_disk += meta.size;
+            if let Some((shard, version)) = manifest_object(&root, &meta.location) {
+                let entry = manifests.entry(shard).or_insert(ShardManifestStats {
+                    shard,
+                    versions: 0,
+                    bytes: 0,
+                    newest_version: 0,
+                    newest_bytes: 0,
+                    listed_generations: 0,
+                });
+                entry.versions += 1;
+                entry.bytes += meta.size;
+                if version >= entry.newest_version {
+                    entry.newest_version = version;
+                    entry.newest_bytes = meta.size;
+                }
+            }
             if let Some(mut rest) = meta.location.prefix_match(&data_dir)
                 && let (Some(name), None) = (rest.next(), rest.next())
                 && current.contains(name.as_ref())
@@ -713,9 +835,21 @@ impl Engine {
                 base_data_bytes += meta.size;
             }
         }
+        for shard in &shards {
+            if let Some(entry) = manifests.get_mut(&shard.snapshot.shard_id) {
+                entry.listed_generations = shard.listed;
+            }
+        }
+        let mut shard_manifests: Vec<ShardManifestStats> = manifests.into_values().collect();
+        shard_manifests.sort_by_key(|m| m.shard);
         Ok(StoreStats {
             versions,
             bytes_on_disk,
+            shard_manifests,
+            // Filled in by the store, which holds the task.
+            maintenance: MaintenanceState::Off {
+                reason: "unknown".to_string(),
+            },
             base_data_bytes,
             unmerged_rows: shards.iter().map(|s| s.unmerged_rows).sum(),
             unmerged_bytes: shards.iter().map(|s| s.unmerged_bytes).sum(),
@@ -854,6 +988,26 @@ async fn remap_indexes(dataset: &mut Dataset) -> (usize, usize) {
         tracing::warn!("trimming the fragment-reuse history: {e}");
     }
     (remapped, versions(dataset).await)
+}
+
+/// The shard and version of a shard manifest object
+/// (`_mem_wal/<shard>/manifest/<bit-reversed version>.binpb` under `root`).
+fn manifest_object(
+    root: &object_store::path::Path,
+    location: &object_store::path::Path,
+) -> Option<(Uuid, u64)> {
+    let parts: Vec<_> = location.prefix_match(root)?.collect();
+    match parts.as_slice() {
+        [wal, shard, dir, file] if wal.as_ref() == "_mem_wal" && dir.as_ref() == "manifest" => {
+            let name = file.as_ref();
+            if !name.ends_with(".binpb") {
+                return None;
+            }
+            let version = lance::dataset::mem_wal::util::parse_bit_reversed_filename(name)?;
+            Some((shard.as_ref().parse().ok()?, version))
+        }
+        _ => None,
+    }
 }
 
 /// Whether any user index has more than one segment.
@@ -1068,14 +1222,22 @@ pub(crate) struct Background {
 }
 
 impl Background {
+    /// Whether any trigger is configured (a writable store then runs the task).
+    pub fn wanted(engine: &Engine) -> bool {
+        let merge = &engine.settings.merge;
+        merge.generation_threshold.is_some()
+            || merge.interval.is_some()
+            || engine.settings.compaction.interval.is_some()
+    }
+
+    /// Whether the task has ended (stopped, or panicked).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
     /// Start the task when any trigger is configured.
     pub fn start(engine: &Arc<Engine>) -> Option<Self> {
-        let merge = &engine.settings.merge;
-        let compaction = &engine.settings.compaction;
-        if merge.generation_threshold.is_none()
-            && merge.interval.is_none()
-            && compaction.interval.is_none()
-        {
+        if !Self::wanted(engine) {
             return None;
         }
         let handle = tokio::runtime::Handle::try_current().ok()?;
@@ -1118,20 +1280,22 @@ async fn tick(t: &mut Option<tokio::time::Interval>) {
 async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
     let mut merge_tick = ticker(engine.settings.merge.interval);
     let mut compact_tick = ticker(engine.settings.compaction.interval);
-    loop {
-        // A fenced handle's shard belongs to another writer: its background
-        // maintenance stops (a reclaim or reopen starts a new one).
-        if engine
+    // A fenced handle's shard belongs to another writer, and a writer that
+    // recovers from a failed WAL write owns nothing for a moment: while the
+    // writer is latched each trigger is skipped, and the task keeps waiting
+    // for the next one, so maintenance resumes by itself once the writer
+    // takes its shard back (a recovery, a `reclaim`).
+    let latched = || {
+        engine
             .writer
             .as_ref()
             .is_some_and(|w| w.check_latch().is_err())
-        {
-            tracing::info!(shard = %engine.shard, "the writer was fenced; background maintenance stops");
-            break;
-        }
+    };
+    loop {
         tokio::select! {
             _ = stop.notified() => break,
             _ = engine.kick.notified() => {
+                if latched() { continue }
                 let Some(threshold) = engine.settings.merge.generation_threshold else { continue };
                 let result = async {
                     if engine.own_pending_generations().await? >= threshold {
@@ -1142,6 +1306,7 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
                 engine.record_background("merge (generation count)", result);
             }
             _ = tick(&mut merge_tick) => {
+                if latched() { continue }
                 let result = async {
                     if engine.own_pending_generations().await? > 0 {
                         Box::pin(engine.merge(None, #[cfg(feature = "failpoints")] None)).await?;
@@ -1151,6 +1316,7 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
                 engine.record_background("merge (timer)", result);
             }
             _ = tick(&mut compact_tick) => {
+                if latched() { continue }
                 let result = async {
                     if engine.compaction_due().await? {
                         match engine.compact().await {

@@ -62,7 +62,7 @@ use uuid::Uuid;
 
 use crate::config::MergeSettings;
 use crate::dataset::Opener;
-use crate::error::{Error, LanceResultExt, Result};
+use crate::error::{Error, ErrorKind, LanceResultExt, Result};
 use crate::writer::Writer;
 
 /// What a merge did.
@@ -229,8 +229,53 @@ struct Pending {
     kind: Kind,
 }
 
+/// Merge the shard's unmerged generations (see the module docs). A merge
+/// that fails on storage (a generation not found, a manifest commit refused)
+/// because another handle merged the same generations meanwhile and cleaned
+/// them up, or because this handle's writer was fenced and not latched yet,
+/// says so: [`Error::Conflict`] or [`Error::Fenced`], as when the race is
+/// seen at the commit.
 pub(crate) async fn merge_shard(ctx: MergeContext<'_>) -> Result<MergeStats> {
     let _one_at_a_time = ctx.state.running.lock().await;
+    let before = recorded_marker(&ctx.dataset, ctx.shard)
+        .await
+        .ok()
+        .flatten();
+    match merge_shard_locked(&ctx).await {
+        Err(err) if matches!(err.kind(), ErrorKind::NotFound | ErrorKind::Storage) => {
+            Err(explain_failure(&ctx, before, err).await)
+        }
+        other => other,
+    }
+}
+
+/// Why a merge failed on storage: a fence of the writer, or a merge by
+/// another handle that moved the shard's marker past where this one began;
+/// else the error itself.
+async fn explain_failure(ctx: &MergeContext<'_>, before: Option<u64>, err: Error) -> Error {
+    if let Some(writer) = ctx.writer
+        && let Err(fenced) = writer.check_fenced_now().await
+    {
+        return fenced;
+    }
+    if let Ok(latest) = ctx.opener.open().await
+        && let Ok(Some(now)) = recorded_marker(&latest, ctx.shard).await
+        && before.is_none_or(|b| now > b)
+    {
+        tracing::debug!(shard = %ctx.shard, "merge failed after another merge moved the marker: {err}");
+        return Error::Conflict {
+            message: format!(
+                "shard {}: another handle merged up to generation {now} while this merge ran \
+                 (it failed with: {:?})",
+                ctx.shard,
+                err.kind()
+            ),
+        };
+    }
+    err
+}
+
+async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
     if let Some(writer) = ctx.writer {
         // A fenced handle does not merge: its shard belongs to another.
         writer.check_latch()?;

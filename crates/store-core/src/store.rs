@@ -105,6 +105,9 @@ pub struct Store {
     /// (failpoints: a reader slower than cleanup).
     #[cfg(feature = "failpoints")]
     read_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
+    /// Awaited by the next record write after its checks (failpoints).
+    #[cfg(feature = "failpoints")]
+    pub(crate) record_write_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -267,6 +270,8 @@ impl Store {
             views: Default::default(),
             #[cfg(feature = "failpoints")]
             compaction_pause: Default::default(),
+            #[cfg(feature = "failpoints")]
+            view_pause: Default::default(),
         });
         let background = match writable {
             true => {
@@ -289,6 +294,8 @@ impl Store {
             shard_policy: config.shard_policy,
             #[cfg(feature = "failpoints")]
             read_pause: std::sync::Mutex::new(None),
+            #[cfg(feature = "failpoints")]
+            record_write_pause: std::sync::Mutex::new(None),
         })
     }
 
@@ -393,6 +400,17 @@ impl Store {
     /// the keyed reads that follow (the next record write's checks) instead
     /// of being read back.
     pub(crate) async fn write_linked(&self, linked: records::Linked) -> Result<()> {
+        #[cfg(feature = "failpoints")]
+        {
+            let pause = self
+                .record_write_pause
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(pause) = pause {
+                pause().await;
+            }
+        }
         let writer = self.engine.writer()?;
         self.engine.check_backpressure().await?;
         let chunks = linked.into_chunks(&self.schemas.key, writer.max_atomic_rows())?;
@@ -516,6 +534,42 @@ impl Store {
     #[cfg(feature = "failpoints")]
     pub fn pause_next_read(&self, pause: crate::merge::ReclaimHook) {
         *self.read_pause.lock().unwrap_or_else(|p| p.into_inner()) = Some(pause);
+    }
+
+    /// Make the next read view await `pause` after it read the base table and
+    /// before it reads the shard manifests (a takeover between the two).
+    #[cfg(feature = "failpoints")]
+    pub fn pause_next_view(&self, pause: crate::merge::ReclaimHook) {
+        *self
+            .engine
+            .view_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pause);
+    }
+
+    /// Make this store's next recovery from a failed WAL write await `pause`
+    /// after it checked the shard's epoch, before it claims the shard again
+    /// (a peer claiming meanwhile).
+    #[cfg(feature = "failpoints")]
+    pub fn pause_next_recovery(&self, pause: crate::merge::ReclaimHook) -> Result<()> {
+        *self
+            .engine
+            .writer()?
+            .recovery_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pause);
+        Ok(())
+    }
+
+    /// Make the next record write (add, upsert, patch, tombstone of a store
+    /// with record capabilities) await `pause` after its checks, before it
+    /// writes (a reclaim racing it).
+    #[cfg(feature = "failpoints")]
+    pub fn pause_next_record_write(&self, pause: crate::merge::ReclaimHook) {
+        *self
+            .record_write_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pause);
     }
 
     /// Make the next compaction attempt await `pause` after it read the
@@ -661,7 +715,42 @@ impl Store {
     /// Operator statistics: rows, fragments, pending generations, indexes and
     /// their coverage, last merge and compaction.
     pub async fn stats(&self) -> Result<StoreStats> {
-        self.engine.stats().await
+        let mut stats = self.engine.stats().await?;
+        stats.maintenance = self.maintenance();
+        Ok(stats)
+    }
+
+    /// Whether background maintenance runs on this handle, and if not why.
+    pub fn maintenance(&self) -> crate::MaintenanceState {
+        use crate::MaintenanceState::{Off, Paused, Running};
+        let off = |reason: &str| Off {
+            reason: reason.to_string(),
+        };
+        let Some(writer) = self.engine.writer.as_ref() else {
+            return off("opened read-only");
+        };
+        let running = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|b| !b.is_finished());
+        match running {
+            None if Background::wanted(&self.engine) => off("the store is closed"),
+            None => off("no merge or compaction trigger is configured (manual maintenance)"),
+            Some(false) => off("the maintenance task ended unexpectedly (see the log)"),
+            Some(true) => match writer.latched() {
+                None => Running,
+                Some(crate::FenceReason::PeerClaimedEpoch) => Paused {
+                    reason: "another instance claimed this shard: reclaim or reopen the store"
+                        .to_string(),
+                },
+                Some(crate::FenceReason::PersistenceFailure) => Paused {
+                    reason: "the writer is taking its shard back after a failed WAL write"
+                        .to_string(),
+                },
+            },
+        }
     }
 
     /// Take the shard back after [`Error::Fenced`]: claims a new epoch (replaying
@@ -691,17 +780,16 @@ impl Store {
         #[cfg(feature = "failpoints")] hook: Option<crate::merge::ReclaimHook>,
     ) -> Result<()> {
         let writer = self.engine.writer()?;
-        self.stop_background();
-        let dataset = self.engine.opener.open().await?;
-        writer.reclaim(&dataset).await?;
-        #[cfg(feature = "failpoints")]
-        if let Some(hook) = hook {
-            hook().await;
-        }
-        if self.shard_policy == ShardPolicy::SingleWriter {
-            self.engine.take_over_other_shards(&dataset).await?;
-        }
-        writer.unlatch();
+        let result = self
+            .reclaim_steps(
+                writer,
+                #[cfg(feature = "failpoints")]
+                hook,
+            )
+            .await;
+        // Maintenance restarts whatever happened: after a failed reclaim the
+        // writer stays latched, and the task skips its triggers until a
+        // reclaim succeeds.
         if let Some(background) = Background::start(&self.engine) {
             let old = self
                 .background
@@ -712,6 +800,30 @@ impl Store {
                 old.abort();
             }
         }
+        result
+    }
+
+    async fn reclaim_steps(
+        &self,
+        writer: &crate::writer::Writer,
+        #[cfg(feature = "failpoints")] hook: Option<crate::merge::ReclaimHook>,
+    ) -> Result<()> {
+        // A record write in flight checked its rows under the old claim: it
+        // finishes (on the fenced writer, so it fails) before the shard is
+        // taken back, never writes under the new claim what a peer's writes
+        // meanwhile made wrong.
+        let _records = self.record_lock.lock().await;
+        self.stop_background();
+        let dataset = self.engine.opener.open().await?;
+        let claim = writer.reclaim(&dataset).await?;
+        #[cfg(feature = "failpoints")]
+        if let Some(hook) = hook {
+            hook().await;
+        }
+        if self.shard_policy == ShardPolicy::SingleWriter {
+            self.engine.take_over_other_shards(&dataset).await?;
+        }
+        writer.unlatch(claim);
         Ok(())
     }
 

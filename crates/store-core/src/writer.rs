@@ -14,7 +14,18 @@
 //! # Fencing policy
 //! - `PersistenceFailure` (our own WAL write failed; we are still the rightful
 //!   owner): reopen the writer — claiming a new epoch, which replays the WAL —
-//!   and retry the failed step once. A second failure is returned.
+//!   and retry the failed step once. A second failure is returned. Adds are
+//!   refused (`Fenced`, `PersistenceFailure`) while the writer recovers, and
+//!   the recovery takes the shard back only when nobody else claimed it since
+//!   this writer's own claim: the manifest must still name this writer's
+//!   epoch before the claim (a manifest that cannot be read leaves the store
+//!   latched, and the next add tries again), and the claim must land on the
+//!   very next epoch. A claim that skipped an epoch lost a race with a peer
+//!   (under `SingleWriter` one that opened meanwhile and may already
+//!   acknowledge adds into its own shard): the writer latches as fenced by it
+//!   instead of writing beside it. With the epochs contiguous no other
+//!   instance opened since this writer's claim, so there is nothing to take
+//!   over: the recovery is the whole of `reclaim` for this case.
 //! - `PeerClaimedEpoch` (another process opened the same instance id): the peer
 //!   owns the shard now and has replayed every row we acknowledged. We return
 //!   [`Error::Fenced`] and latch: every later add fails the same way, without
@@ -55,8 +66,15 @@ pub(crate) struct Writer {
     settings: WriterSettings,
     /// `None` once closed.
     inner: RwLock<Option<ShardWriter>>,
-    /// Set when the writer lost its shard to a peer; cleared by `reclaim`.
-    latched: std::sync::Mutex<Option<FenceReason>>,
+    /// Set when the writer lost its shard to a peer (cleared by `reclaim`) or
+    /// while it recovers from a failed WAL write.
+    latched: std::sync::Mutex<Latch>,
+    /// Successful claims of the shard by this writer (its open, each
+    /// reclaim): a write that failed under one claim and finds a newer one
+    /// retries on it instead of recovering again.
+    claims: AtomicU64,
+    /// One recovery from a persistence failure at a time.
+    recovering: Mutex<()>,
     /// Tickets handed to adds whose put has returned.
     tickets: AtomicU64,
     /// The highest ticket known visible (all puts up to it are in a generation).
@@ -68,6 +86,20 @@ pub(crate) struct Writer {
     /// puts minus one (failpoints).
     #[cfg(feature = "failpoints")]
     pub(crate) fail_after_puts: std::sync::atomic::AtomicUsize,
+    /// Awaited by the next recovery after its epoch check, before its claim
+    /// (interleaving tests).
+    #[cfg(feature = "failpoints")]
+    pub(crate) recovery_pause: std::sync::Mutex<Option<crate::merge::ReclaimHook>>,
+}
+
+/// The writer's latch: why adds are refused, if they are, and under which
+/// claim that was seen, so that clearing it after a reclaim does not clear
+/// a fence the new claim met meanwhile (a fence the old writer reports is
+/// history once the shard is claimed again).
+#[derive(Debug, Default, Clone, Copy)]
+struct Latch {
+    reason: Option<FenceReason>,
+    claim: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -153,13 +185,17 @@ impl Writer {
             shard,
             settings,
             inner: RwLock::new(Some(writer)),
-            latched: std::sync::Mutex::new(None),
+            latched: std::sync::Mutex::new(Latch::default()),
+            claims: AtomicU64::new(1),
+            recovering: Mutex::new(()),
             tickets: AtomicU64::new(0),
             visible: Mutex::new(0),
             #[cfg(feature = "failpoints")]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
             #[cfg(feature = "failpoints")]
             fail_after_puts: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(feature = "failpoints")]
+            recovery_pause: std::sync::Mutex::new(None),
         };
         {
             let guard = this.inner.read().await;
@@ -167,7 +203,7 @@ impl Writer {
                 match this.publish_replayed(writer).await {
                     Ok(()) => {}
                     // A peer claimed the shard right after us: opened, fenced.
-                    Err(e) if e.is_fenced() => this.latch(&e),
+                    Err(e) if e.is_fenced() => this.latch(&e, 1),
                     Err(e) => return Err(e),
                 }
             }
@@ -193,9 +229,10 @@ impl Writer {
         }
     }
 
-    /// `Err(Fenced)` once the writer lost its shard to a peer (until reclaimed).
+    /// `Err(Fenced)` once the writer lost its shard to a peer (until
+    /// reclaimed), or while it recovers from a failed WAL write.
     pub(crate) fn check_latch(&self) -> Result<()> {
-        match *self.latched.lock().unwrap_or_else(|p| p.into_inner()) {
+        match self.latch_state().reason {
             Some(reason) => Err(Error::Fenced {
                 shard: self.shard,
                 reason,
@@ -204,15 +241,42 @@ impl Writer {
         }
     }
 
-    fn latch(&self, err: &Error) {
+    /// Why adds are refused, if they are (operator statistics).
+    pub(crate) fn latched(&self) -> Option<FenceReason> {
+        self.latch_state().reason
+    }
+
+    fn latch_state(&self) -> Latch {
+        *self.latched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Latch as fenced when `err`, met by the writer of claim `claim`, says
+    /// a peer claimed the shard.
+    fn latch(&self, err: &Error, claim: u64) {
         if let Error::Fenced {
             reason: FenceReason::PeerClaimedEpoch,
             ..
         } = err
         {
-            *self.latched.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(FenceReason::PeerClaimedEpoch);
+            self.set_latch(FenceReason::PeerClaimedEpoch, claim);
         }
+    }
+
+    /// Refuse adds for `reason`, seen under claim `claim`. A fence is never
+    /// downgraded to a recovery.
+    fn set_latch(&self, reason: FenceReason, claim: u64) {
+        let mut latch = self.latched.lock().unwrap_or_else(|p| p.into_inner());
+        if latch.reason != Some(FenceReason::PeerClaimedEpoch)
+            || reason == FenceReason::PeerClaimedEpoch
+        {
+            latch.reason = Some(reason);
+        }
+        latch.claim = latch.claim.max(claim);
+    }
+
+    /// The current claim's number.
+    fn claim_number(&self) -> u64 {
+        self.claims.load(Ordering::SeqCst)
     }
 
     fn classify(&self, context: &str, err: lance::Error) -> Error {
@@ -278,64 +342,141 @@ impl Writer {
     }
 
     /// Write `op`; the generation this write's own freeze flushed, if it made
-    /// one (see [`Self::put_and_publish_on`]).
+    /// one (see [`Self::put_and_publish_on`]). A persistence failure is
+    /// recovered from (see the module docs) and the write retried once.
     async fn write<F, Fut>(&self, op: WriteOp<'_>, reopen: F) -> Result<Option<u64>>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Dataset>>,
     {
-        self.check_latch()?;
+        if let Err(err) = self.check_latch() {
+            match err {
+                // An earlier recovery could not finish (e.g. storage was
+                // unreachable): this write tries again.
+                Error::Fenced {
+                    reason: FenceReason::PersistenceFailure,
+                    ..
+                } => self.recover(self.claim_number(), &reopen).await?,
+                err => return Err(err),
+            }
+        }
         let mut retried = false;
         loop {
             match self.put_and_publish(op).await {
                 Ok(frozen) => return Ok(frozen),
-                Err(Error::Fenced {
-                    reason: FenceReason::PersistenceFailure,
-                    ..
-                }) if !retried => {
+                Err((
+                    Error::Fenced {
+                        reason: FenceReason::PersistenceFailure,
+                        ..
+                    },
+                    claim,
+                )) if !retried => {
                     retried = true;
                     tracing::warn!(shard = %self.shard, "WAL persistence failed; reclaiming the shard and retrying once");
-                    let dataset = reopen().await?;
-                    // Only our own failure is retried: a peer that claimed the
-                    // shard meanwhile keeps it (Fenced, latched), or this
-                    // reclaim would fence it without taking its shard over.
-                    self.check_epoch_unmoved()
-                        .await
-                        .inspect_err(|e| self.latch(e))?;
-                    self.reclaim(&dataset).await?;
-                    self.unlatch();
+                    self.recover(claim, &reopen).await?;
                 }
-                Err(err) => {
-                    self.latch(&err);
+                Err((err, claim)) => {
+                    self.latch(&err, claim);
                     return Err(err);
                 }
             }
         }
     }
 
-    async fn put_and_publish(&self, op: WriteOp<'_>) -> Result<Option<u64>> {
+    /// Recover from a persistence failure seen under claim number `claim`
+    /// (see the module docs): nothing to do when another write recovered
+    /// since; else take the shard back if nobody else claimed it.
+    async fn recover<F, Fut>(&self, claim: u64, reopen: &F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Dataset>>,
+    {
+        let _one = self.recovering.lock().await;
+        if self.claim_number() != claim {
+            // Recovered (or reclaimed) meanwhile: the write retries on the
+            // new claim, or meets the fence that stopped it.
+            return self.check_latch();
+        }
+        self.set_latch(FenceReason::PersistenceFailure, claim);
+        let dataset = reopen().await?;
+        // The manifest must name our epoch still; an error reading it leaves
+        // the store latched (the next write tries again).
+        let epoch = self
+            .check_epoch_unmoved()
+            .await
+            .inspect_err(|e| self.latch(e, claim))?;
+        #[cfg(feature = "failpoints")]
+        {
+            let pause = self
+                .recovery_pause
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(pause) = pause {
+                pause().await;
+            }
+        }
+        let claimed = self.claim_again(&dataset, Some(epoch)).await?;
+        self.unlatch(claimed);
+        Ok(())
+    }
+
+    /// Put and publish on the current writer; an error comes with the
+    /// number of the claim whose writer met it.
+    async fn put_and_publish(
+        &self,
+        op: WriteOp<'_>,
+    ) -> std::result::Result<Option<u64>, (Error, u64)> {
         let guard = self.inner.read().await;
-        let writer = guard.as_ref().ok_or_else(|| Error::WriterUnavailable {
-            message: "the store is closed".to_string(),
-        })?;
+        // The claim changes only under the write lock: this is the writer's.
+        let claim = self.claim_number();
+        let Some(writer) = guard.as_ref() else {
+            return Err((
+                Error::WriterUnavailable {
+                    message: "the store is closed".to_string(),
+                },
+                claim,
+            ));
+        };
         match self.put_and_publish_on(writer, op).await {
             Ok(frozen) => Ok(frozen),
-            Err(err) => Err(self.fenced_or(writer, err).await),
+            Err(err) => Err((self.fenced_or(writer, err).await, claim)),
         }
     }
 
-    /// `Err(Fenced(PeerClaimedEpoch))` when the shard's manifest names a newer
-    /// epoch than this writer's.
-    async fn check_epoch_unmoved(&self) -> Result<()> {
+    /// This writer's epoch, checked against the shard's manifest:
+    /// `Err(Fenced(PeerClaimedEpoch))` when the manifest names a newer one,
+    /// and any error reading it as that error (never taken for "unmoved").
+    async fn check_epoch_unmoved(&self) -> Result<u64> {
         let guard = self.inner.read().await;
         let Some(writer) = guard.as_ref() else {
             return Err(Error::WriterUnavailable {
                 message: "the store is closed".to_string(),
             });
         };
+        writer
+            .manifest_store()
+            .check_fenced(writer.epoch())
+            .await
+            .map_err(|e| self.classify("checking the shard's epoch", e))?;
+        Ok(writer.epoch())
+    }
+
+    /// `Err(Fenced)` (and latched) when the shard's manifest names a newer
+    /// epoch than this writer's, or the writer is latched already; storage
+    /// errors reading the manifest are not a fence.
+    pub(crate) async fn check_fenced_now(&self) -> Result<()> {
+        self.check_latch()?;
+        let guard = self.inner.read().await;
+        let claim = self.claim_number();
+        let Some(writer) = guard.as_ref() else {
+            return Ok(());
+        };
         match writer.manifest_store().check_fenced(writer.epoch()).await {
             Err(e) if e.fence_reason().is_some() => {
-                Err(self.classify("checking the shard's epoch", e))
+                let err = self.classify("checking the shard's epoch", e);
+                self.latch(&err, claim);
+                Err(err)
             }
             _ => Ok(()),
         }
@@ -432,11 +573,21 @@ impl Writer {
     /// writer is claimed before the old one is dropped, so a failed or
     /// cancelled claim leaves the old (fenced) writer in place and the store
     /// latched rather than writer-less. The latch is left set (and set if it
-    /// was not): the caller clears it with [`Self::unlatch`] once nothing
-    /// else can still write (under `SingleWriter`, after taking the other
-    /// shards over), so no add is acknowledged while a peer still writes.
-    pub async fn reclaim(&self, dataset: &Dataset) -> Result<()> {
-        self.set_latch(FenceReason::PeerClaimedEpoch);
+    /// was not): the caller clears it with [`Self::unlatch`], passing the
+    /// count returned here, once nothing else can still write (under
+    /// `SingleWriter`, after taking the other shards over), so no add is
+    /// acknowledged while a peer still writes. A fence observed after this
+    /// claim keeps the latch set.
+    pub async fn reclaim(&self, dataset: &Dataset) -> Result<u64> {
+        self.set_latch(FenceReason::PeerClaimedEpoch, self.claim_number());
+        self.claim_again(dataset, None).await
+    }
+
+    /// Claim the shard anew and put the new writer in place of the old.
+    /// With `after`, the claim must land on epoch `after + 1`: otherwise a
+    /// peer claimed the shard since, the new writer is dropped and the
+    /// store latched as fenced. The new claim's number.
+    async fn claim_again(&self, dataset: &Dataset, after: Option<u64>) -> Result<u64> {
         let mut guard = self.inner.write().await;
         if guard.is_none() {
             return Err(Error::WriterUnavailable {
@@ -450,21 +601,46 @@ impl Writer {
             "reclaiming the shard writer",
         )
         .await?;
-        self.publish_replayed(&writer).await?;
+        if let Some(epoch) = after
+            && writer.epoch() != epoch + 1
+        {
+            tracing::warn!(
+                shard = %self.shard,
+                ours = epoch,
+                claimed = writer.epoch(),
+                "a peer claimed the shard while this writer recovered; it keeps the shard"
+            );
+            let _ = writer.abort().await;
+            let err = Error::Fenced {
+                shard: self.shard,
+                reason: FenceReason::PeerClaimedEpoch,
+            };
+            self.latch(&err, self.claim_number());
+            return Err(err);
+        }
+        let claimed = self.claim_number() + 1;
+        if let Err(e) = self.publish_replayed(&writer).await {
+            if e.is_fenced() {
+                self.latch(&e, claimed);
+            }
+            let _ = writer.abort().await;
+            return Err(e);
+        }
         if let Some(old) = guard.replace(writer) {
             // The old writer is fenced or poisoned: stop its tasks without I/O.
             let _ = old.abort().await;
         }
-        Ok(())
+        self.claims.store(claimed, Ordering::SeqCst);
+        Ok(claimed)
     }
 
-    /// Accept writes again after [`Self::reclaim`].
-    pub fn unlatch(&self) {
-        *self.latched.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    fn set_latch(&self, reason: FenceReason) {
-        *self.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    /// Accept writes again after [`Self::reclaim`] (or a recovery) that made
+    /// claim `claim`, unless a fence met that claim (or a newer one) since.
+    pub fn unlatch(&self, claim: u64) {
+        let mut latch = self.latched.lock().unwrap_or_else(|p| p.into_inner());
+        if latch.claim < claim {
+            latch.reason = None;
+        }
     }
 
     /// Flush and release the writer. Later adds fail with `WriterUnavailable`.

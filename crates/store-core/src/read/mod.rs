@@ -56,6 +56,8 @@ pub(crate) struct ShardView {
     pub snapshot: ShardSnapshot,
     /// Generations flushed but not merged into the base table.
     pub unmerged: usize,
+    /// Generations the shard's manifest lists, merged ones included.
+    pub listed: usize,
     /// Those generations: (generation, directory), oldest first.
     pub sstables: Vec<(u64, String)>,
     /// Their rows and bytes as the writer measured them (0 where unmeasured).
@@ -275,6 +277,7 @@ pub(crate) async fn shard_snapshots(
             Ok(Some(ShardView {
                 snapshot,
                 unmerged: sstables.len(),
+                listed: manifest.sstables.len(),
                 sstables,
                 unmerged_rows,
                 unmerged_bytes,

@@ -285,6 +285,7 @@ impl Rules {
             shards: vec![ShardView {
                 snapshot,
                 unmerged: merged.sstables.len(),
+                listed: merged.sstables.len(),
                 sstables: merged.sstables.clone(),
                 unmerged_rows: 0,
                 unmerged_bytes: 0,

@@ -44,6 +44,16 @@ pub fn status(out: &Out, stats: &StoreStats, rows: u64) -> Result<()> {
                 i.segments
             ));
         }
+        for m in &status.shard_manifests {
+            s.push_str(&format!(
+                "\nshard {} manifest: version {} ({} byte(s), {} generation(s) listed); {} version(s) kept, {} byte(s)",
+                m.shard, m.newest_version, m.newest_bytes, m.listed_generations, m.versions, m.bytes
+            ));
+        }
+        match &status.maintenance_reason {
+            Some(why) => s.push_str(&format!("\nmaintenance:           {} ({why})", status.maintenance)),
+            None => s.push_str(&format!("\nmaintenance:           {}", status.maintenance)),
+        }
         if let Some(e) = &status.last_background_error {
             s.push_str(&format!("\nlast background error: {e}"));
         }

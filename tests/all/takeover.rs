@@ -1,0 +1,293 @@
+//! Takeover and retry paths of the engine, each interleaving forced through
+//! the failpoints: a writer recovering from a failed WAL write while another
+//! instance takes the store over, background maintenance across a recovery,
+//! a read overlapping a takeover, and the shard manifest's size over a long
+//! history of short-lived writers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lance_context_store::{MaintenanceState, ScanRequest, Store, StoreConfig};
+
+use crate::support::*;
+
+/// A store of instance `instance`, maintenance by hand.
+fn manual(uri: &str, instance: &str) -> StoreConfig {
+    config(uri)
+        .with_instance_id(instance)
+        .with_manual_maintenance()
+}
+
+/// A pause hook and its two ends: `paused` fires when the hook is reached,
+/// a send on `go` lets it return.
+type Pause = (
+    lance_context_store::ReclaimHook,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+);
+
+fn pause() -> Pause {
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let hook: lance_context_store::ReclaimHook = Box::new(move || {
+        Box::pin(async move {
+            let _ = paused_tx.send(());
+            let _ = go_rx.await;
+        })
+    });
+    (hook, paused_rx, go_tx)
+}
+
+/// How many times `id` is read, and the `n` of each time.
+async fn reads_of(store: &Store, id: &str) -> Vec<i64> {
+    let all = store.scan(ScanRequest::new()).await.unwrap();
+    decode(&all)
+        .into_iter()
+        .filter(|r| r.id == id)
+        .map(|r| r.n)
+        .collect()
+}
+
+/// Item 1 of the takeover review: writer A's WAL write fails and A checks
+/// that its epoch has not moved; before A claims its shard again, instance
+/// B opens (SingleWriter: claims A's shard, merges it) and acknowledges a
+/// write. A's claim then lands one epoch past B's: A must not take the
+/// shard back and write beside B (two live writers, a key read twice), but
+/// answer `Fenced`, and B keeps writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_overtaken_by_a_peer_leaves_the_shard_to_the_peer() {
+    let (_dir, uri) = temp_uri();
+    let a = Arc::new(Store::create(manual(&uri, "a")).await.unwrap());
+    a.add(&batch(&[Row::new("k", "g", 1)])).await.unwrap();
+
+    a.fail_next_wal_write().unwrap();
+    let (hook, paused, go) = pause();
+    a.pause_next_recovery(hook).unwrap();
+    let writer = a.clone();
+    let add = tokio::spawn(async move { writer.add(&batch(&[Row::new("x", "g", 1)])).await });
+    paused.await.unwrap();
+
+    let b = Store::open(manual(&uri, "b")).await.unwrap();
+    b.add(&batch(&[Row::new("k", "g", 2)])).await.unwrap();
+    go.send(()).unwrap();
+    let err = add.await.unwrap().unwrap_err();
+    assert!(err.is_fenced(), "A wrote beside B: {err:?}");
+    // Latched: A refuses at once.
+    let again = a.add(&batch(&[Row::new("k", "g", 9)])).await.unwrap_err();
+    assert!(again.is_fenced(), "{again:?}");
+
+    // B was not fenced by A's late claim, and `k` is read once, newest.
+    b.add(&batch(&[Row::new("k", "g", 3)])).await.unwrap();
+    let reader = Store::open_read_only(StoreConfig::new(&uri)).await.unwrap();
+    assert_eq!(reads_of(&reader, "k").await, [3]);
+    assert_eq!(
+        reader.count(None).await.unwrap(),
+        reader.scan(ScanRequest::new()).await.unwrap().num_rows() as u64
+    );
+    assert!(matches!(a.maintenance(), MaintenanceState::Off { .. }));
+}
+
+/// A reclaim clears the latch only for its own claim: a fence that claim
+/// met while the reclaim went on (a peer of the same instance claiming
+/// again) keeps the store latched, and adds are refused without touching
+/// storage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_never_clears_a_fence_seen_meanwhile() {
+    let (_dir, uri) = temp_uri();
+    let a = Arc::new(Store::create(manual(&uri, "a")).await.unwrap());
+    a.add(&batch(&rows("first", "g", 3))).await.unwrap();
+    // The public reclaim, paused after its claim: a peer of the same
+    // instance claims meanwhile; the reclaim must leave the store latched.
+    let (hook, paused, go) = pause();
+    let reclaimer = a.clone();
+    let reclaim = tokio::spawn(async move { reclaimer.reclaim_with_hook(hook).await });
+    paused.await.unwrap();
+    let peer = Store::open(manual(&uri, "a")).await.unwrap();
+    // A's add meets the peer's fence under the new claim.
+    let err = a.add(&batch(&rows("lost", "g", 1))).await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+    go.send(()).unwrap();
+    reclaim.await.unwrap().unwrap();
+    let err = a.add(&batch(&rows("late", "g", 1))).await.unwrap_err();
+    assert!(
+        err.is_fenced(),
+        "the reclaim cleared a fence its own claim met: {err:?}"
+    );
+    peer.add(&batch(&rows("peer", "g", 2))).await.unwrap();
+    assert_eq!(peer.count(Some("id LIKE 'late%'")).await.unwrap(), 0);
+    assert_eq!(peer.count(Some("id LIKE 'first%'")).await.unwrap(), 3);
+}
+
+/// Item 2: after a failed WAL write the writer recovers, and background
+/// maintenance goes on by itself (it used to stop for good once it saw the
+/// writer latched during the recovery). Stats say paused while it recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_resumes_after_the_writer_recovers() {
+    let (_dir, uri) = temp_uri();
+    let mut cfg = config(&uri).with_manual_maintenance();
+    cfg.merge.interval = Some(Duration::from_millis(50));
+    let store = Arc::new(Store::create(cfg).await.unwrap());
+    assert_eq!(store.maintenance(), MaintenanceState::Running);
+
+    store.fail_next_wal_write().unwrap();
+    let (hook, paused, go) = pause();
+    store.pause_next_recovery(hook).unwrap();
+    let writer = store.clone();
+    let add = tokio::spawn(async move { writer.add(&batch(&rows("a", "g", 5))).await });
+    paused.await.unwrap();
+    assert!(
+        matches!(store.maintenance(), MaintenanceState::Paused { .. }),
+        "{:?}",
+        store.maintenance()
+    );
+    // Several timer ticks pass while the writer is latched.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    go.send(()).unwrap();
+    add.await.unwrap().unwrap();
+    assert_eq!(store.maintenance(), MaintenanceState::Running);
+
+    store.add(&batch(&rows("b", "g", 5))).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = store.stats().await.unwrap();
+        if stats.rows_in_base == 10 && generations(&store).await == 0 {
+            assert_eq!(stats.maintenance, MaintenanceState::Running);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no merge ran after the recovery: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Item 3: reader R reads the base table; instance B then takes the store
+/// over (merging A's shard, whose generation still holds `k`) and writes
+/// `k` again through its own shard; R then reads the shard manifests. R
+/// must not read `k` twice (once from A's merged generation, once from B's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_overlapping_a_takeover_reads_each_key_once() {
+    let (_dir, uri) = temp_uri();
+    let a = Store::create(manual(&uri, "a")).await.unwrap();
+    a.add(&batch(&[Row::new("k", "g", 1), Row::new("j", "g", 1)]))
+        .await
+        .unwrap();
+    let reader = Arc::new(Store::open_read_only(StoreConfig::new(&uri)).await.unwrap());
+    // Warm the reader's caches as a long-lived reader's would be.
+    assert_eq!(reads_of(&reader, "k").await, [1]);
+
+    let (hook, paused, go) = pause();
+    reader.pause_next_view(hook);
+    let r = reader.clone();
+    let scan = tokio::spawn(async move { r.scan(ScanRequest::new()).await });
+    paused.await.unwrap();
+    let b = Store::open(manual(&uri, "b")).await.unwrap();
+    b.add(&batch(&[Row::new("k", "g", 2)])).await.unwrap();
+    go.send(()).unwrap();
+    let rows = decode(&scan.await.unwrap().unwrap());
+    let k: Vec<i64> = rows.iter().filter(|r| r.id == "k").map(|r| r.n).collect();
+    assert_eq!(k, [2], "k read as {k:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+}
+
+/// Bytes of the files under `dir` whose path (relative to `dir`) starts
+/// with `prefix`, and of the others.
+fn bytes_split(dir: &std::path::Path, prefix: &str) -> (u64, u64) {
+    let (mut inside, mut outside) = (0, 0);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if entry.path().strip_prefix(dir).unwrap().starts_with(prefix) {
+                inside += meta.len();
+            } else {
+                outside += meta.len();
+            }
+        }
+    }
+    (inside, outside)
+}
+
+/// Item 5: a store written by many short-lived handles of one instance (each
+/// claims the shard, adds a record and goes), merged now and then by
+/// another short-lived handle: the newest shard manifest lists only
+/// unmerged generations and keeps its size, old manifest versions are
+/// removed once old enough, and once the grace has passed the MemWAL's
+/// files take no more room than the base table's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shard_manifest_stays_bounded_over_a_long_history_of_short_lived_writers() {
+    let (dir, uri) = temp_uri();
+    let settings = |cfg: StoreConfig| {
+        let mut cfg = cfg.with_manual_maintenance();
+        cfg.merge.cleanup_grace = Duration::from_millis(20);
+        cfg.merge.manifest_prune_age = Duration::from_millis(20);
+        cfg.retention.keep_versions = 2;
+        cfg.retention.keep_for = Duration::from_millis(20);
+        cfg
+    };
+    Store::create(settings(config(&uri)))
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    // 240 rounds in CI; `LC_MANIFEST_ROUNDS=5000` for the figure.
+    let rounds: i64 = std::env::var("LC_MANIFEST_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(240);
+    let mut newest = Vec::new();
+    for i in 0..rounds {
+        let store = Store::open(settings(config(&uri))).await.unwrap();
+        store
+            .add(&batch(&[Row::new(format!("r{:04}", i % 60), "g", i)]))
+            .await
+            .unwrap();
+        if i % 10 == 9 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            store.merge().await.unwrap();
+            store.apply_retention().await.unwrap();
+            let stats = store.stats().await.unwrap();
+            let shard = stats
+                .shard_manifests
+                .iter()
+                .find(|m| m.shard == store.shard_id())
+                .cloned()
+                .unwrap();
+            assert!(
+                shard.listed_generations <= 1,
+                "round {i}: merged generations still listed: {shard:?}"
+            );
+            assert!(
+                shard.versions <= 40,
+                "round {i}: manifest versions pile up: {shard:?}"
+            );
+            newest.push(shard.newest_bytes);
+        }
+        store.close().await.unwrap();
+    }
+    // The newest manifest's size does not grow with the history.
+    let (first, last) = (newest[1], *newest.last().unwrap());
+    assert!(
+        last <= first + 64,
+        "the newest manifest grew from {first} to {last} bytes: {newest:?}"
+    );
+    // Once the grace has passed, the next maintenance removes what the last
+    // merge left.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let last = Store::open(settings(config(&uri))).await.unwrap();
+    last.merge().await.unwrap();
+    last.close().await.unwrap();
+    let reader = Store::open_read_only(settings(config(&uri))).await.unwrap();
+    assert_eq!(reader.count(None).await.unwrap(), 60);
+    let (wal, rest) = bytes_split(std::path::Path::new(&uri), "_mem_wal");
+    assert!(
+        wal <= rest,
+        "the MemWAL holds {wal} bytes beside {rest} of the table ({:?})",
+        dir.path()
+    );
+}
