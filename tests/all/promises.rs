@@ -565,3 +565,32 @@ async fn a_merge_killed_in_a_child_process_loses_nothing() {
         store.close().await.unwrap();
     }
 }
+
+/// The minor point of the takeover review: handle A's merge commits while
+/// another handle of the same instance has claimed the shard but A has not
+/// noticed (not latched). The merge's data is committed (newest-wins keeps
+/// it right); its cleanup's manifest commit under A's old epoch is refused.
+/// A must hear the typed fence (`Conflict` kind), not a storage error, and
+/// latch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_whose_owner_was_fenced_meanwhile_says_so() {
+    let (_dir, uri) = temp_uri();
+    let a = Arc::new(Store::create(manual(&uri)).await.unwrap());
+    a.add(&batch(&[Row::new("k1", "v", 1)])).await.unwrap(); // generation 1
+    let (reached, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let merging = tokio::spawn({
+        let a = a.clone();
+        let hook = pause_before(1, reached.clone(), resume.clone());
+        async move { a.merge_with_hook(hook).await }
+    });
+    reached.notified().await;
+    let b = Store::open(manual(&uri)).await.unwrap(); // same instance: A is fenced
+    resume.notify_one();
+    let err = merging.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err:?}");
+    assert!(err.is_fenced(), "{err:?}");
+    assert!(a.add(&batch(&[Row::new("x", "v", 1)])).await.unwrap_err().is_fenced());
+    // What the merge committed is there, and B goes on.
+    b.add(&batch(&[Row::new("k2", "v", 2)])).await.unwrap();
+    assert_eq!(b.count(None).await.unwrap(), 2);
+}
