@@ -589,7 +589,12 @@ async fn a_merge_whose_owner_was_fenced_meanwhile_says_so() {
     let err = merging.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Conflict, "{err:?}");
     assert!(err.is_fenced(), "{err:?}");
-    assert!(a.add(&batch(&[Row::new("x", "v", 1)])).await.unwrap_err().is_fenced());
+    assert!(
+        a.add(&batch(&[Row::new("x", "v", 1)]))
+            .await
+            .unwrap_err()
+            .is_fenced()
+    );
     // What the merge committed is there, and B goes on.
     b.add(&batch(&[Row::new("k2", "v", 2)])).await.unwrap();
     assert_eq!(b.count(None).await.unwrap(), 2);

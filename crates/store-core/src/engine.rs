@@ -443,15 +443,26 @@ impl Engine {
                 .await
                 .map_err(conflict)?;
             // Merged under the claim, so that its cleanup may trim the
-            // shard's list as the owner's would.
-            let fresh = Arc::new(self.opener.open().await?);
-            let merged = Box::pin(merge_shard(self.merge_context(
-                fresh,
-                other,
-                Some(&claimed),
-                None,
-            )))
-            .await;
+            // shard's list as the owner's would. A merge the shard's former
+            // owner committed first (it merged before it saw the fence)
+            // makes ours stale: merging is idempotent, so go again on the
+            // newer base.
+            let mut attempt = 0;
+            let merged = loop {
+                attempt += 1;
+                let fresh = Arc::new(self.opener.open().await?);
+                let merged = Box::pin(merge_shard(self.merge_context(
+                    fresh,
+                    other,
+                    Some(&claimed),
+                    None,
+                )))
+                .await;
+                match merged {
+                    Err(Error::Conflict { .. }) if attempt < 3 => continue,
+                    other => break other,
+                }
+            };
             let closed = claimed.close().await;
             let merged = merged.map_err(conflict)?;
             closed.map_err(conflict)?;

@@ -69,10 +69,13 @@ pub(crate) struct Writer {
     /// Set when the writer lost its shard to a peer (cleared by `reclaim`) or
     /// while it recovers from a failed WAL write.
     latched: std::sync::Mutex<Latch>,
-    /// Successful claims of the shard by this writer (its open, each
-    /// reclaim): a write that failed under one claim and finds a newer one
-    /// retries on it instead of recovering again.
+    /// The number of the claim whose writer is in place (its open is 1):
+    /// a write that failed under one claim and finds a newer one retries on
+    /// it instead of recovering again.
     claims: AtomicU64,
+    /// Claim attempts numbered so far: each claim, kept or not, gets a
+    /// number of its own, greater than every earlier one's.
+    attempts: AtomicU64,
     /// One recovery from a persistence failure at a time.
     recovering: Mutex<()>,
     /// Tickets handed to adds whose put has returned.
@@ -187,6 +190,7 @@ impl Writer {
             inner: RwLock::new(Some(writer)),
             latched: std::sync::Mutex::new(Latch::default()),
             claims: AtomicU64::new(1),
+            attempts: AtomicU64::new(1),
             recovering: Mutex::new(()),
             tickets: AtomicU64::new(0),
             visible: Mutex::new(0),
@@ -618,7 +622,7 @@ impl Writer {
             self.latch(&err, self.claim_number());
             return Err(err);
         }
-        let claimed = self.claim_number() + 1;
+        let claimed = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
         if let Err(e) = self.publish_replayed(&writer).await {
             if e.is_fenced() {
                 self.latch(&e, claimed);
