@@ -301,7 +301,7 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
     sstables.sort_by_key(|s| s.generation);
     let mut pending = Vec::with_capacity(sstables.len());
     for sstable in sstables {
-        let kind = generation_kind(&ctx, &dataset, &sstable).await?;
+        let kind = generation_kind(ctx, &dataset, &sstable).await?;
         pending.push(Pending { sstable, kind });
     }
     // Passes are cut by the sizes the writer recorded, scaled by how much
@@ -323,7 +323,7 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
         let previous = dataset.version().version;
         // Boxed: the pass's future is large, and merges run on worker threads.
         let (merged, held) = Box::pin(merge_pass(
-            &ctx,
+            ctx,
             dataset,
             pass,
             manifest.as_ref(),
@@ -368,7 +368,7 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
         }
     }
     Box::pin(crate::cleanup::cleanup_shard(
-        &ctx,
+        ctx,
         &dataset,
         stats.merged_up_to,
         &mut stats,
