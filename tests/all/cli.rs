@@ -134,6 +134,8 @@ fn json_output_has_stable_shapes() {
         "unmerged_rows",
         "version",
         "versions",
+        "maintenance",
+        "shard_manifests",
     ] {
         assert!(
             status[0].get(k).is_some(),
@@ -141,6 +143,13 @@ fn json_output_has_stable_shapes() {
             status[0]
         );
     }
+    let manifests = status[0]["shard_manifests"].as_array().unwrap();
+    assert!(
+        manifests.iter().any(|m| m["versions"].as_u64() > Some(0)
+            && m["newest_bytes"].as_u64() > Some(0)),
+        "{}",
+        status[0]
+    );
     let merged = ok(root, &["store", "merge", "notes"]);
     assert_eq!(merged[0]["rows_upserted"], 3, "{}", merged[0]);
     for k in ["generations_merged", "keys_deleted", "passes", "seconds"] {
