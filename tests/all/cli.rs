@@ -145,8 +145,9 @@ fn json_output_has_stable_shapes() {
     }
     let manifests = status[0]["shard_manifests"].as_array().unwrap();
     assert!(
-        manifests.iter().any(|m| m["versions"].as_u64() > Some(0)
-            && m["newest_bytes"].as_u64() > Some(0)),
+        manifests
+            .iter()
+            .any(|m| m["versions"].as_u64() > Some(0) && m["newest_bytes"].as_u64() > Some(0)),
         "{}",
         status[0]
     );

@@ -420,7 +420,7 @@ impl Writer {
                 pause().await;
             }
         }
-        let claimed = self.claim_again(&dataset, Some(epoch)).await?;
+        let claimed = self.claim_again(&dataset, Some((epoch, claim))).await?;
         self.unlatch(claimed);
         Ok(())
     }
@@ -588,16 +588,28 @@ impl Writer {
     }
 
     /// Claim the shard anew and put the new writer in place of the old.
-    /// With `after`, the claim must land on epoch `after + 1`: otherwise a
-    /// peer claimed the shard since, the new writer is dropped and the
-    /// store latched as fenced. The new claim's number.
-    async fn claim_again(&self, dataset: &Dataset, after: Option<u64>) -> Result<u64> {
+    /// With `after` (an epoch and the claim it belongs to), the claim must
+    /// land on epoch `after + 1`: otherwise a peer claimed the shard since,
+    /// the new writer is dropped and the store latched as fenced. When this
+    /// handle claimed again meanwhile (a `reclaim`), nothing is claimed. The new claim's number.
+    async fn claim_again(&self, dataset: &Dataset, after: Option<(u64, u64)>) -> Result<u64> {
         let mut guard = self.inner.write().await;
         if guard.is_none() {
             return Err(Error::WriterUnavailable {
                 message: "the store is closed".to_string(),
             });
         }
+        if let Some((_, claim)) = after
+            && self.claim_number() != claim
+        {
+            // This handle's own `reclaim` replaced the writer since the
+            // failure: the recovery is done (or met that claim's fence).
+            return match self.check_latch() {
+                Ok(()) => Ok(self.claim_number()),
+                Err(e) => Err(e),
+            };
+        }
+        let after = after.map(|(epoch, _)| epoch);
         let writer = claim(
             dataset,
             self.shard,
