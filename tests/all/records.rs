@@ -2747,14 +2747,8 @@ async fn a_record_write_whose_checks_a_reclaim_overtook_is_refused() {
         .add(&records(&[("r1", Some("s"), "one")], &[]))
         .await
         .unwrap();
-    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    first.pause_next_record_write(Box::new(move || {
-        Box::pin(async move {
-            let _ = paused_tx.send(());
-            let _ = go_rx.await;
-        })
-    }));
+    let (hook, paused_rx, go_tx) = crate::support::pause();
+    first.pause_next_record_write(hook);
     let t1 = {
         let store = first.clone();
         tokio::spawn(async move {

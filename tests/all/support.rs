@@ -117,6 +117,24 @@ pub fn ids(batch: &RecordBatch) -> Vec<String> {
     ids
 }
 
+/// A pause hook for the failpoints, and its two ends: the receiver fires
+/// when the hook is reached, a send on the sender lets it return.
+pub fn pause() -> (
+    lance_context_store::ReclaimHook,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let hook: lance_context_store::ReclaimHook = Box::new(move || {
+        Box::pin(async move {
+            let _ = paused_tx.send(());
+            let _ = go_rx.await;
+        })
+    });
+    (hook, paused_rx, go_tx)
+}
+
 /// Pause `store`'s next read after it takes its view: the first channel
 /// says it is paused, a send on the second lets it go on.
 pub fn pause_next_read(
@@ -125,15 +143,9 @@ pub fn pause_next_read(
     tokio::sync::oneshot::Receiver<()>,
     tokio::sync::oneshot::Sender<()>,
 ) {
-    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    store.pause_next_read(Box::new(move || {
-        Box::pin(async move {
-            let _ = paused_tx.send(());
-            let _ = go_rx.await;
-        })
-    }));
-    (paused_rx, go_tx)
+    let (hook, paused, go) = pause();
+    store.pause_next_read(hook);
+    (paused, go)
 }
 
 /// A temp dir and its dataset URI.

@@ -18,26 +18,6 @@ fn manual(uri: &str, instance: &str) -> StoreConfig {
         .with_manual_maintenance()
 }
 
-/// A pause hook and its two ends: `paused` fires when the hook is reached,
-/// a send on `go` lets it return.
-type Pause = (
-    lance_context_store::ReclaimHook,
-    tokio::sync::oneshot::Receiver<()>,
-    tokio::sync::oneshot::Sender<()>,
-);
-
-fn pause() -> Pause {
-    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    let hook: lance_context_store::ReclaimHook = Box::new(move || {
-        Box::pin(async move {
-            let _ = paused_tx.send(());
-            let _ = go_rx.await;
-        })
-    });
-    (hook, paused_rx, go_tx)
-}
-
 /// How many times `id` is read, and the `n` of each time.
 async fn reads_of(store: &Store, id: &str) -> Vec<i64> {
     let all = store.scan(ScanRequest::new()).await.unwrap();

@@ -226,37 +226,8 @@ pub(crate) async fn cleanup_shard(
 
     // 3. WAL entries replay never reads again, once older than the grace.
     if let Some(manifest) = latest_manifest(dataset, ctx.shard).await? {
-        let below = manifest
-            .replay_after_wal_entry_position
-            .min(manifest.wal_entry_position_last_seen);
-        let wal_dir = shard_dir.clone().join("wal");
-        let mut listing = store.list(Some(wal_dir.clone()));
-        let mut doomed = Vec::new();
-        while let Some(meta) = listing.next().await {
-            let meta = match meta {
-                Ok(meta) => meta,
-                Err(e) if e.is_not_found() => break,
-                Err(e) => return Err(Error::from_lance("listing the WAL", None, e)),
-            };
-            let Some(position) = meta
-                .location
-                .filename()
-                .and_then(parse_bit_reversed_filename)
-            else {
-                continue;
-            };
-            if position > 0 && position < below && due(grace, meta.last_modified.timestamp_millis())
-            {
-                doomed.push(meta.location);
-            }
-        }
-        for path in doomed {
-            match store.delete(&path).await {
-                Ok(()) => stats.wal_files_removed += 1,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(Error::from_lance("removing a replayed WAL entry", None, e)),
-            }
-        }
+        stats.wal_files_removed +=
+            remove_replayed_wal(&store, &shard_dir, &manifest, grace).await?;
 
         // 4. Old shard manifest versions.
         if manifest.version > MANIFEST_VERSIONS_KEPT {
@@ -271,6 +242,47 @@ pub(crate) async fn cleanup_shard(
         }
     }
     Ok(())
+}
+
+/// Remove the shard's WAL entries below both of `manifest`'s replay and
+/// last-seen positions once older than `grace`; the number removed.
+async fn remove_replayed_wal(
+    store: &ObjectStore,
+    shard_dir: &object_store::path::Path,
+    manifest: &lance_index::mem_wal::ShardManifest,
+    grace: Duration,
+) -> Result<usize> {
+    let below = manifest
+        .replay_after_wal_entry_position
+        .min(manifest.wal_entry_position_last_seen);
+    let mut listing = store.list(Some(shard_dir.clone().join("wal")));
+    let mut doomed = Vec::new();
+    while let Some(meta) = listing.next().await {
+        let meta = match meta {
+            Ok(meta) => meta,
+            Err(e) if e.is_not_found() => break,
+            Err(e) => return Err(Error::from_lance("listing the WAL", None, e)),
+        };
+        let Some(position) = meta
+            .location
+            .filename()
+            .and_then(parse_bit_reversed_filename)
+        else {
+            continue;
+        };
+        if position > 0 && position < below && due(grace, meta.last_modified.timestamp_millis()) {
+            doomed.push(meta.location);
+        }
+    }
+    let mut removed = 0;
+    for path in doomed {
+        match store.delete(&path).await {
+            Ok(()) => removed += 1,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(Error::from_lance("removing a replayed WAL entry", None, e)),
+        }
+    }
+    Ok(removed)
 }
 
 /// Remove the shard's manifest versions below `keep_from` written at least

@@ -39,6 +39,7 @@ pub(crate) struct Settings {
     pub indexes: IndexSettings,
     pub retention: RetentionSettings,
     pub writer: WriterSettings,
+    pub shard_policy: crate::config::ShardPolicy,
 }
 
 /// Attempts [`Engine::compact`] makes when its commit loses a race.
@@ -321,26 +322,18 @@ impl Engine {
             let (dataset, shard_ids) =
                 futures::try_join!(self.fresh_dataset(), list_shards(&current))?;
             #[cfg(feature = "failpoints")]
-            {
-                let pause = self
-                    .view_pause
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take();
-                if let Some(pause) = pause {
-                    pause().await;
-                }
-            }
+            crate::merge::await_pause(&self.view_pause).await;
             let shards = shard_snapshots(&dataset, shard_ids, &self.manifests).await?;
             attempts += 1;
-            // Lance dedupes a key within a shard only. Two shards holding
-            // unmerged rows against this base is either two writers with
-            // disjoint keys (`PartitionedKeys`) or a takeover that merged one
-            // shard after this base was read and then wrote the same keys
-            // through the other: then the base has moved, and the view is
-            // taken again, so a key is never read twice.
-            let shards_unmerged = shards.iter().filter(|s| s.unmerged > 0).count();
-            if attempts < 4 && (shards_unmerged > 1 || shards.iter().any(|s| s.gap)) {
+            // Lance dedupes a key within a shard only. Under `SingleWriter`,
+            // two shards holding unmerged rows against this base means a
+            // takeover merged one after this base was read and then wrote
+            // the same keys through the other: the base has moved, and the
+            // view is taken again, so a key is never read twice. (Under
+            // `PartitionedKeys` keys never cross shards: no check, no I/O.)
+            let crossing = self.settings.shard_policy == crate::config::ShardPolicy::SingleWriter
+                && shards.iter().filter(|s| s.unmerged > 0).count() > 1;
+            if attempts < 4 && (crossing || shards.iter().any(|s| s.gap)) {
                 let latest = dataset
                     .latest_version_id()
                     .await
@@ -613,15 +606,7 @@ impl Engine {
                 .map_err(|e| Error::from_lance("merging index segments", None, e))?;
         }
         #[cfg(feature = "failpoints")]
-        let pause = self
-            .compaction_pause
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        #[cfg(feature = "failpoints")]
-        if let Some(pause) = pause {
-            pause().await;
-        }
+        crate::merge::await_pause(&self.compaction_pause).await;
         // The version compacted: its visible count carries over.
         let before = dataset.clone();
         let metrics = compact_files(
@@ -797,7 +782,7 @@ impl Engine {
         Ok(())
     }
 
-    pub async fn stats(&self) -> Result<StoreStats> {
+    pub async fn stats(&self, maintenance: MaintenanceState) -> Result<StoreStats> {
         let dataset = self.fresh_dataset().await?;
         let target = self.settings.compaction.target_rows_per_fragment;
         let fragments = dataset.fragments();
@@ -857,10 +842,7 @@ impl Engine {
             versions,
             bytes_on_disk,
             shard_manifests,
-            // Filled in by the store, which holds the task.
-            maintenance: MaintenanceState::Off {
-                reason: "unknown".to_string(),
-            },
+            maintenance,
             base_data_bytes,
             unmerged_rows: shards.iter().map(|s| s.unmerged_rows).sum(),
             unmerged_bytes: shards.iter().map(|s| s.unmerged_bytes).sum(),

@@ -141,6 +141,16 @@ pub type MergeHook = Arc<
 pub type ReclaimHook =
     Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
+/// A pause a test put in `slot` (failpoints), taken and awaited; nothing
+/// when none is set.
+#[cfg(feature = "failpoints")]
+pub(crate) async fn await_pause(slot: &std::sync::Mutex<Option<ReclaimHook>>) {
+    let pause = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(pause) = pause {
+        pause().await;
+    }
+}
+
 /// Everything the merge needs from the store.
 pub(crate) struct MergeContext<'a> {
     pub dataset: Arc<Dataset>,

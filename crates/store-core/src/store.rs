@@ -257,6 +257,7 @@ impl Store {
                 indexes: config.indexes.clone(),
                 retention: config.retention.clone(),
                 writer: config.writer.clone(),
+                shard_policy: config.shard_policy,
             },
             merge_state: MergeState::default(),
             compaction_state: CompactionState::default(),
@@ -401,16 +402,7 @@ impl Store {
     /// of being read back.
     pub(crate) async fn write_linked(&self, linked: records::Linked) -> Result<()> {
         #[cfg(feature = "failpoints")]
-        {
-            let pause = self
-                .record_write_pause
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(pause) = pause {
-                pause().await;
-            }
-        }
+        crate::merge::await_pause(&self.record_write_pause).await;
         let writer = self.engine.writer()?;
         self.engine.check_backpressure().await?;
         let chunks = linked.into_chunks(&self.schemas.key, writer.max_atomic_rows())?;
@@ -715,9 +707,7 @@ impl Store {
     /// Operator statistics: rows, fragments, pending generations, indexes and
     /// their coverage, last merge and compaction.
     pub async fn stats(&self) -> Result<StoreStats> {
-        let mut stats = self.engine.stats().await?;
-        stats.maintenance = self.maintenance();
-        Ok(stats)
+        self.engine.stats(self.maintenance()).await
     }
 
     /// Whether background maintenance runs on this handle, and if not why.

@@ -410,16 +410,7 @@ impl Writer {
             .await
             .inspect_err(|e| self.latch(e, claim))?;
         #[cfg(feature = "failpoints")]
-        {
-            let pause = self
-                .recovery_pause
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(pause) = pause {
-                pause().await;
-            }
-        }
+        crate::merge::await_pause(&self.recovery_pause).await;
         let claimed = self.claim_again(&dataset, Some((epoch, claim))).await?;
         self.unlatch(claimed);
         Ok(())
