@@ -16,6 +16,7 @@ mod read;
 mod records;
 mod registry;
 mod sandbox;
+mod search;
 mod server;
 mod shards;
 mod soak;

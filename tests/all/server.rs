@@ -218,17 +218,57 @@ async fn every_store_is_served_through_the_client() {
     let near = c
         .search(
             "mem",
-            &SearchRequest {
-                column: "embedding".into(),
-                vector: vec![7.0, 0.0, 1.0, 0.5],
-                k: 3,
-                filter: None,
-                nprobes: None,
-            },
+            &SearchRequest::vector("embedding", vec![7.0, 0.0, 1.0, 0.5], 3),
         )
         .await
         .unwrap();
     assert_eq!(near[0]["id"], "c7");
+    // Text search and hybrid retrieval through the server: the same typed
+    // errors as the library (400 with the reason).
+    let words = c
+        .search("mem", &SearchRequest::text("text_payload", "note", 3))
+        .await
+        .unwrap();
+    assert_eq!(words.len(), 3, "{words:?}");
+    assert!(
+        words.iter().all(|r| r["_score"].as_f64().is_some()),
+        "{words:?}"
+    );
+    let fused = c
+        .retrieve(
+            "mem",
+            &lance_context_client::RetrieveRequest {
+                vector: Some(lance_context_client::VectorLeg {
+                    column: "embedding".into(),
+                    vector: vec![7.0, 0.0, 1.0, 0.5],
+                    k: None,
+                }),
+                text: Some(lance_context_client::TextLeg {
+                    column: "text_payload".into(),
+                    text: "note".into(),
+                    operator: None,
+                    k: None,
+                }),
+                k: 3,
+                rrf_k: None,
+                filter: None,
+                conditions: vec![lance_context_client::Condition::eq("id", "c7")],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(fused.len(), 1, "{fused:?}");
+    assert_eq!(fused[0]["id"], "c7");
+    assert_eq!(fused[0]["_vector_rank"], 1);
+    let wrong = c
+        .search("mem", &SearchRequest::text("embedding", "note", 3))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.status(), Some(400), "{wrong}");
+    assert!(
+        wrong.to_string().contains("not a declared text column"),
+        "{wrong}"
+    );
     let patched = c
         .patch("mem", "c1", &json!({"text_payload": "revised"}))
         .await

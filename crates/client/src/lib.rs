@@ -274,16 +274,24 @@ pub enum QueryResult {
     },
 }
 
-/// `POST …/search`: nearest neighbours in a vector column.
+/// `POST …/search`: nearest neighbours in a vector column (`vector`), or the
+/// best BM25 matches in a text column (`text`); exactly one of the two.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
-    /// The vector column (named explicitly: a store may have several).
+    /// The vector or text column (named explicitly: a store may have several).
     pub column: String,
-    /// The query vector, of the column's dimension.
-    pub vector: Vec<f32>,
-    /// How many neighbours (default 10, at most 10,000).
+    /// The query vector, of the column's dimension (a vector search).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<Vec<f32>>,
+    /// The query text (a full-text search of a declared text column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Text search: `or` (any term, the default) or `and` (every term).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<TextOperator>,
+    /// How many rows (default 10, at most 10,000).
     #[serde(default = "ten")]
     #[cfg_attr(
         feature = "openapi",
@@ -293,10 +301,179 @@ pub struct SearchRequest {
     /// SQL predicate applied before ranking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
-    /// IVF partitions to probe.
+    /// Typed conditions, all of which must hold (with `filter`, if any).
+    #[serde(default, rename = "where", skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// IVF partitions to probe (vector search).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub nprobes: Option<usize>,
+}
+
+impl SearchRequest {
+    /// The `k` nearest rows to `vector` in `column`.
+    pub fn vector(column: &str, vector: Vec<f32>, k: usize) -> Self {
+        Self {
+            column: column.to_string(),
+            vector: Some(vector),
+            text: None,
+            operator: None,
+            k,
+            filter: None,
+            conditions: Vec::new(),
+            nprobes: None,
+        }
+    }
+
+    /// The `k` best BM25 matches of `text` in `column`.
+    pub fn text(column: &str, text: &str, k: usize) -> Self {
+        Self {
+            column: column.to_string(),
+            vector: None,
+            text: Some(text.to_string()),
+            operator: None,
+            k,
+            filter: None,
+            conditions: Vec::new(),
+            nprobes: None,
+        }
+    }
+}
+
+/// How the terms of a text query combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum TextOperator {
+    /// Any term matches (ranked by BM25).
+    Or,
+    /// Every term must match.
+    And,
+}
+
+/// A typed condition on one column: `column` and exactly one test — `eq`,
+/// `in`, a range (`gt`/`gte`/`lt`/`lte`, any of them) or `contains` (an
+/// element of a list column, a substring of a text column such as JSON
+/// metadata). Values are JSON booleans, numbers or strings; a timestamp
+/// column takes an RFC 3339 time or a date.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    /// The column.
+    pub column: String,
+    /// Equal to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub eq: Option<Value>,
+    /// One of these.
+    #[serde(default, rename = "in", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<Object>>))]
+    pub one_of: Option<Vec<Value>>,
+    /// Greater than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub gt: Option<Value>,
+    /// At least this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub gte: Option<Value>,
+    /// Less than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub lt: Option<Value>,
+    /// At most this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub lte: Option<Value>,
+    /// Holds this (list element or substring).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub contains: Option<Value>,
+}
+
+impl Condition {
+    /// `column = value`.
+    pub fn eq(column: &str, value: impl Into<Value>) -> Self {
+        Self {
+            column: column.to_string(),
+            eq: Some(value.into()),
+            ..Self::default()
+        }
+    }
+
+    /// `column` holds `value`.
+    pub fn contains(column: &str, value: impl Into<Value>) -> Self {
+        Self {
+            column: column.to_string(),
+            contains: Some(value.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// `POST …/retrieve`: a vector leg and a text leg fused by reciprocal rank
+/// fusion. Each hit carries `_rrf_score` and its rank and score in each leg
+/// (`_vector_rank`, `_distance`, `_text_rank`, `_score`; null where the leg
+/// did not find it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveRequest {
+    /// The vector leg.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<VectorLeg>,
+    /// The text leg.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<TextLeg>,
+    /// Fused hits returned (default 10, at most 10,000).
+    #[serde(default = "ten")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 10000, default = 10)
+    )]
+    pub k: usize,
+    /// The RRF constant (default 60): a hit's score is the sum over legs of
+    /// 1 / (rrf_k + rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rrf_k: Option<f32>,
+    /// SQL predicate applied in every leg.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Typed conditions applied in every leg.
+    #[serde(default, rename = "where", skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The vector leg of a retrieval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct VectorLeg {
+    /// The vector column.
+    pub column: String,
+    /// The query vector.
+    pub vector: Vec<f32>,
+    /// Candidates this leg ranks (default: twice the final k, at least 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<usize>,
+}
+
+/// The text leg of a retrieval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TextLeg {
+    /// The text column.
+    pub column: String,
+    /// The query text.
+    pub text: String,
+    /// `or` (default) or `and`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<TextOperator>,
+    /// Candidates this leg ranks (default: twice the final k, at least 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<usize>,
 }
 
 fn ten() -> usize {
@@ -771,10 +948,19 @@ impl Client {
         .await
     }
 
-    /// Nearest neighbours.
+    /// Nearest neighbours (with `_distance`), or the best text matches (with
+    /// `_score`).
     pub async fn search(&self, name: &str, request: &SearchRequest) -> Result<Vec<Value>> {
         let records: Records = self
             .send(self.http.post(self.store(name, "/search")).json(request))
+            .await?;
+        Ok(records.records)
+    }
+
+    /// Hybrid retrieval (vector and text legs fused by RRF).
+    pub async fn retrieve(&self, name: &str, request: &RetrieveRequest) -> Result<Vec<Value>> {
+        let records: Records = self
+            .send(self.http.post(self.store(name, "/retrieve")).json(request))
             .await?;
         Ok(records.records)
     }

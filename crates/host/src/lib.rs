@@ -22,6 +22,7 @@ mod probe;
 mod query;
 mod registry;
 mod reports;
+pub mod search;
 mod server;
 
 pub use kind::{ErrorKind, error_kind};

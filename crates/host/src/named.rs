@@ -210,6 +210,32 @@ impl NamedStore {
         self.store.nearest(query).await
     }
 
+    /// The best BM25 matches in a declared text column.
+    pub async fn search_text(
+        &self,
+        query: &lance_context_store::TextQuery,
+    ) -> Result<RecordBatch, lance_context_store::Error> {
+        self.store.search_text(query).await
+    }
+
+    /// Vector and text legs fused by reciprocal rank fusion.
+    pub async fn retrieve(
+        &self,
+        query: &lance_context_store::RetrieveQuery,
+    ) -> Result<RecordBatch, lance_context_store::Error> {
+        self.store.retrieve(query).await
+    }
+
+    /// A SQL predicate and typed conditions as one predicate over this
+    /// store's columns.
+    pub fn filter_of(
+        &self,
+        sql: Option<&str>,
+        conditions: &[lance_context_store::Condition],
+    ) -> Result<Option<String>, lance_context_store::Error> {
+        self.store.filter_of(sql, conditions)
+    }
+
     /// Run one of the schema's named queries (see [`crate::query`]); for a
     /// reducing query, the rows it reduces.
     pub async fn query(

@@ -1174,9 +1174,11 @@ impl Registry {
             .load_async(label, bytes.to_vec(), entry.params.clone())
             .await?;
         let declared = plugin.declaration().clone();
-        // The stored data's shape must not change; named queries may.
+        // The stored data's shape must not change; named queries and
+        // full-text indexes (built on open when missing) may.
         let without_queries = |spec: &SchemaSpec| SchemaSpec {
             queries: Vec::new(),
+            text_columns: Vec::new(),
             ..spec.clone()
         };
         if without_queries(&declared.spec) != without_queries(&entry.spec) {
@@ -1279,6 +1281,7 @@ pub fn store_config(
         .with_storage_options(storage_options.clone())
         .with_indexes(IndexSettings {
             vector_columns,
+            text_columns: spec.text_columns.clone(),
             ..IndexSettings::default()
         })
         .with_capabilities(RecordCapabilities {
@@ -1332,7 +1335,7 @@ fn spec_difference(recorded: &SchemaSpec, now: &SchemaSpec) -> String {
             recorded.name, now.name
         );
     }
-    "blob columns, vectors, secondary key or capabilities differ".to_string()
+    "blob columns, vectors, text columns, secondary key or capabilities differ".to_string()
 }
 
 #[cfg(test)]

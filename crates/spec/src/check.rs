@@ -43,6 +43,7 @@ impl SchemaSpec {
         key(self, key_rule, &types, &mut p);
         blob_columns(self, &seen, &types, &mut p);
         vectors(self, &seen, &types, &mut p);
+        text_columns(self, &seen, &types, &mut p);
         secondary_key(self, &seen, &types, &mut p);
         capabilities(self, &types, &mut p);
         queries(self, &seen, &mut p);
@@ -296,6 +297,64 @@ fn vectors(spec: &SchemaSpec, seen: &HashSet<&str>, types: &BTreeMap<&str, DataT
                     v.column, v.dimension
                 ),
             ),
+        }
+    }
+}
+
+/// Text columns: declared once each, `Utf8` or `LargeUtf8`, a known
+/// tokenizer and language, a token length of at least 1.
+fn text_columns(
+    spec: &SchemaSpec,
+    seen: &HashSet<&str>,
+    types: &BTreeMap<&str, DataType>,
+    p: Report,
+) {
+    use crate::spec::{TEXT_LANGUAGES, TEXT_TOKENIZERS};
+    let mut columns = HashSet::new();
+    for (i, t) in spec.text_columns.iter().enumerate() {
+        let at = |what: &str| format!("text_columns[{i}]{what}");
+        if !columns.insert(&t.column) {
+            p(at(".column"), format!("'{}' is declared twice", t.column));
+        }
+        match types.get(t.column.as_str()) {
+            None if !seen.contains(t.column.as_str()) => p(
+                at(".column"),
+                format!("text column '{}' is not among the columns", t.column),
+            ),
+            Some(DataType::Utf8 | DataType::LargeUtf8) | None => {}
+            Some(other) => p(
+                at(".column"),
+                format!(
+                    "text column '{}' must be Utf8 or LargeUtf8, not {other}",
+                    t.column
+                ),
+            ),
+        }
+        if !TEXT_TOKENIZERS.contains(&t.tokenizer.as_str()) {
+            p(
+                at(".tokenizer"),
+                format!(
+                    "unknown tokenizer '{}' (one of {})",
+                    t.tokenizer,
+                    TEXT_TOKENIZERS.join(", ")
+                ),
+            );
+        }
+        if !TEXT_LANGUAGES.contains(&t.language.as_str()) {
+            p(
+                at(".language"),
+                format!(
+                    "unknown language '{}' (one of {})",
+                    t.language,
+                    TEXT_LANGUAGES.join(", ")
+                ),
+            );
+        }
+        if t.max_token_length == Some(0) {
+            p(
+                at(".max_token_length"),
+                "must be at least 1 (or null for no limit)".into(),
+            );
         }
     }
 }

@@ -9,9 +9,13 @@ use serde::{Deserialize, Serialize};
 use crate::error::UnknownValue;
 use crate::query::QuerySpec;
 
-/// The plugin contract's ABI version (`lance-context:plugin@0.1.0`): what a
+/// The plugin contract's ABI version (`lance-context:plugin@0.2.0`): what a
 /// plugin's `describe` reports and the host checks.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
+
+/// The ABI versions the host loads: 1 (`lance-context:plugin@0.1.0`, no
+/// text columns) and 2.
+pub const SUPPORTED_ABI_VERSIONS: &[u32] = &[1, 2];
 
 /// Field metadata marking the key column (Lance's unenforced primary key;
 /// the MemWAL merges on it).
@@ -82,6 +86,9 @@ pub struct SchemaSpec {
     /// Vector columns.
     #[serde(default)]
     pub vectors: Vec<VectorSpec>,
+    /// Text columns indexed for full-text (BM25) search.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub text_columns: Vec<TextSpec>,
     /// A caller-side key (e.g. `external_id`).
     #[serde(default)]
     pub secondary_key: Option<String>,
@@ -180,6 +187,90 @@ pub struct VectorSpec {
     /// The distance metric.
     pub metric: Metric,
 }
+
+/// A text column indexed for full-text search (a BM25 inverted index), and
+/// how its text is cut into terms. The same analysis applies to the stored
+/// text and to queries. The defaults are Lance's: `simple` tokens, English,
+/// lower-cased, stemmed, stop words removed, accents folded, tokens longer
+/// than 40 bytes dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextSpec {
+    /// A `Utf8` or `LargeUtf8` column.
+    pub column: String,
+    /// `simple` (split on whitespace and punctuation), `whitespace`, `raw`
+    /// (the whole value is one term) or `ngram`.
+    #[serde(default = "simple")]
+    pub tokenizer: String,
+    /// The language of stemming and stop words (see [`TEXT_LANGUAGES`]).
+    #[serde(default = "english")]
+    pub language: String,
+    #[serde(default = "yes")]
+    pub lower_case: bool,
+    #[serde(default = "yes")]
+    pub stem: bool,
+    #[serde(default = "yes")]
+    pub remove_stop_words: bool,
+    /// Fold accented letters to ASCII (`café` matches `cafe`).
+    #[serde(default = "yes")]
+    pub ascii_folding: bool,
+    /// Tokens longer than this many bytes are dropped (`null`: none are).
+    #[serde(default = "forty")]
+    pub max_token_length: Option<u32>,
+}
+
+fn simple() -> String {
+    "simple".into()
+}
+
+fn english() -> String {
+    "English".into()
+}
+
+fn forty() -> Option<u32> {
+    Some(40)
+}
+
+impl TextSpec {
+    /// A text column with the default analysis.
+    pub fn new(column: impl Into<String>) -> Self {
+        Self {
+            column: column.into(),
+            tokenizer: simple(),
+            language: english(),
+            lower_case: true,
+            stem: true,
+            remove_stop_words: true,
+            ascii_folding: true,
+            max_token_length: forty(),
+        }
+    }
+}
+
+/// The tokenizers a text column may use.
+pub const TEXT_TOKENIZERS: &[&str] = &["simple", "whitespace", "raw", "ngram"];
+
+/// The languages of stemming and stop words.
+pub const TEXT_LANGUAGES: &[&str] = &[
+    "Arabic",
+    "Danish",
+    "Dutch",
+    "English",
+    "Finnish",
+    "French",
+    "German",
+    "Greek",
+    "Hungarian",
+    "Italian",
+    "Norwegian",
+    "Portuguese",
+    "Romanian",
+    "Russian",
+    "Spanish",
+    "Swedish",
+    "Tamil",
+    "Turkish",
+];
 
 /// Distance metric of a vector column; in JSON `l2`, `cosine` or `dot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -283,6 +374,7 @@ impl SchemaSpec {
                 .collect(),
             blob_columns: Vec::new(),
             vectors: Vec::new(),
+            text_columns: Vec::new(),
             secondary_key: None,
             capabilities: Vec::new(),
             queries: Vec::new(),

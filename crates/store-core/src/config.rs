@@ -350,6 +350,8 @@ pub enum KeyIndex {
 
 pub use lance_context_spec::Metric;
 
+pub use lance_context_spec::TextSpec as TextColumn;
+
 /// Kind of vector index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VectorIndexKind {
@@ -380,6 +382,10 @@ pub struct IndexSettings {
     pub key_index: KeyIndex,
     /// Vector columns, indexed on request.
     pub vector_columns: Vec<VectorColumn>,
+    /// Text columns with a full-text (BM25) index (`<column>_fts`): created
+    /// with the store (and on open when missing) and kept covering new rows
+    /// by merges and compaction, like the key index.
+    pub text_columns: Vec<TextColumn>,
     /// A BTree index on the records' secondary key (`<column>_idx`), kept like
     /// the key index, so uniqueness and upsert checks are lookups, not scans.
     /// Set from [`RecordCapabilities::secondary_key`] when not given.

@@ -1152,7 +1152,87 @@ pub(crate) async fn ensure_scalar_indexes(
         }
         current = Some(next);
     }
+    for text in &settings.text_columns {
+        let base = current.as_ref().unwrap_or(dataset);
+        if let Some(next) = ensure_text_index(base, text).await? {
+            current = Some(next);
+        }
+    }
     Ok(current)
+}
+
+/// The full-text index of a declared text column.
+pub(crate) fn text_index_name(column: &str) -> String {
+    format!("{column}_fts")
+}
+
+/// Lance's inverted-index parameters for a declared text column.
+pub(crate) fn text_index_params(
+    text: &crate::config::TextColumn,
+) -> Result<lance_index::scalar::InvertedIndexParams> {
+    let params = lance_index::scalar::InvertedIndexParams::new(
+        text.tokenizer.clone(),
+        lance_index::scalar::inverted::Language::English,
+    )
+    .language(&text.language)
+    .map_err(|e| {
+        Error::invalid_argument(format!(
+            "text column '{}': language '{}': {e}",
+            text.column, text.language
+        ))
+    })?
+    .lower_case(text.lower_case)
+    .stem(text.stem)
+    .remove_stop_words(text.remove_stop_words)
+    .ascii_folding(text.ascii_folding)
+    .max_token_length(text.max_token_length.map(|n| n as usize));
+    Ok(params)
+}
+
+/// Create the full-text index of `text` when the dataset has none: a new
+/// dataset version, or `None` when it exists already.
+async fn ensure_text_index(
+    dataset: &Dataset,
+    text: &crate::config::TextColumn,
+) -> Result<Option<Dataset>> {
+    let name = text_index_name(&text.column);
+    if !dataset
+        .load_indices_by_name(&name)
+        .await
+        .ctx("listing indexes")?
+        .is_empty()
+    {
+        return Ok(None);
+    }
+    let params = text_index_params(text)?;
+    let mut next = dataset.clone();
+    let created = next
+        .create_index(
+            &[text.column.as_str()],
+            IndexType::Inverted,
+            Some(name.clone()),
+            &params,
+            false,
+        )
+        .await;
+    if let Err(e) = created {
+        next.checkout_latest()
+            .await
+            .ctx("reloading after creating an index")?;
+        if next
+            .load_indices_by_name(&name)
+            .await
+            .ctx("listing indexes")?
+            .is_empty()
+        {
+            return Err(Error::from_lance(
+                format!("creating the full-text index on {}", text.column),
+                None,
+                e,
+            ));
+        }
+    }
+    Ok(Some(next))
 }
 
 /// Coverage of every user index.

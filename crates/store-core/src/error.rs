@@ -429,7 +429,8 @@ impl Error {
         Self::InvalidBatch { problem }
     }
 
-    pub(crate) fn invalid_argument(message: impl Into<String>) -> Self {
+    /// An `InvalidArgument` error (a caller's request is wrong).
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
         Self::InvalidArgument {
             message: message.into(),
         }

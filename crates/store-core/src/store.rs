@@ -30,7 +30,8 @@ use crate::id::shard_id_for_instance;
 use crate::merge::MergeFailpoint;
 use crate::merge::{MergeState, MergeStats};
 use crate::read::{
-    BatchStream, ReadView, ScanRequest, VectorQuery, collect, execute, plan_lookup, plan_scan,
+    BatchStream, Condition, ReadView, RetrieveQuery, ScanRequest, TextQuery, VectorQuery, collect,
+    execute, plan_lookup, plan_scan,
 };
 use crate::writer::{AddOutcome, Writer};
 
@@ -644,32 +645,8 @@ impl Store {
     /// not all zero under cosine), so every distance returned is finite.
     pub async fn nearest(&self, query: &VectorQuery) -> Result<RecordBatch> {
         let hide = self.visibility_expr(&crate::read::Visibility::default())?;
-        let declared = self
-            .engine
-            .settings
-            .indexes
-            .vector_columns
-            .iter()
-            .find(|v| v.column == query.column)
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "'{}' is not a declared vector column",
-                    query.column
-                ))
-            })?;
-        if query.vector.len() != declared.dimension {
-            return Err(Error::invalid_argument(format!(
-                "query has {} dimensions, column '{}' has {}",
-                query.vector.len(),
-                query.column,
-                declared.dimension
-            )));
-        }
-        // A distance that overflows reads as null (inf) or ranks anywhere
-        // (NaN): refused, as for stored vectors.
-        if let Err(problem) = input::check_vector(&query.vector, declared.metric) {
-            return Err(Error::invalid_argument(format!("query vector: {problem}")));
-        }
+        let declared = self.vector_column(&query.column)?;
+        self.check_vector_query(declared, query)?;
         let hide = hide.as_ref();
         self.on_view(|view| async move {
             crate::read::nearest(
@@ -683,6 +660,177 @@ impl Store {
             .await
         })
         .await
+    }
+
+    /// The rows best matching `query.query` in a declared text column, by
+    /// BM25, with a `_score` column, best first (ties by key). Searches the
+    /// base table through its full-text index and every unmerged generation,
+    /// scoring both against one set of corpus statistics (see
+    /// [`TextQuery`]); a row rewritten or deleted since the base never shows
+    /// its old text. `query.filter` is applied first; on a store with record
+    /// capabilities only visible rows are searched. A query with no term left
+    /// after analysis (only stop words, say) finds nothing.
+    pub async fn search_text(&self, query: &TextQuery) -> Result<RecordBatch> {
+        let declared = self.text_column(&query.column)?;
+        check_text_query(query)?;
+        let hide = self.visibility_expr(&crate::read::Visibility::default())?;
+        let hide = hide.as_ref();
+        self.on_view(|view| async move {
+            crate::read::search_text(
+                &view,
+                &self.schemas,
+                declared,
+                query,
+                &self.engine.opener.store_params(),
+                hide,
+            )
+            .await
+        })
+        .await
+    }
+
+    /// Hybrid retrieval: the vector leg and the text leg run on one view of
+    /// the store, each with its own limit and `query.filter` (and its own
+    /// filter, if any), and their hits are fused by reciprocal rank fusion
+    /// (see [`RetrieveQuery`]). Each hit carries `_rrf_score`, and its rank
+    /// and score in each leg (`_vector_rank`, `_distance`, `_text_rank`,
+    /// `_score`; null where the leg did not find it).
+    pub async fn retrieve(&self, query: &RetrieveQuery) -> Result<RecordBatch> {
+        query.check()?;
+        let and = |own: &Option<String>| match (&query.filter, own) {
+            (Some(a), Some(b)) => Some(format!("({a}) AND ({b})")),
+            (Some(a), None) => Some(a.clone()),
+            (None, b) => b.clone(),
+        };
+        let vector = match &query.vector {
+            Some(v) => {
+                let mut v = v.clone();
+                v.filter = and(&v.filter);
+                let declared = self.vector_column(&v.column)?;
+                self.check_vector_query(declared, &v)?;
+                Some((v, declared))
+            }
+            None => None,
+        };
+        let text = match &query.text {
+            Some(t) => {
+                let mut t = t.clone();
+                t.filter = and(&t.filter);
+                let declared = self.text_column(&t.column)?;
+                check_text_query(&t)?;
+                Some((t, declared))
+            }
+            None => None,
+        };
+        let hide = self.visibility_expr(&crate::read::Visibility::default())?;
+        let hide = hide.as_ref();
+        let row_schema = self
+            .schemas
+            .conform_for_read(&RecordBatch::new_empty(self.schemas.stored.clone()), None)?
+            .schema();
+        let params = self.engine.opener.store_params();
+        let (vector, text, params, row_schema) = (&vector, &text, &params, &row_schema);
+        self.on_view(|view| async move {
+            let near = match vector {
+                Some((v, declared)) => Some(
+                    crate::read::nearest(&view, &self.schemas, declared, v, params, hide).await?,
+                ),
+                None => None,
+            };
+            let found = match text {
+                Some((t, declared)) => Some(
+                    crate::read::search_text(&view, &self.schemas, declared, t, params, hide)
+                        .await?,
+                ),
+                None => None,
+            };
+            crate::read::fuse(
+                &self.schemas.key,
+                row_schema,
+                near.as_ref().map(|batch| crate::read::Leg {
+                    batch,
+                    score_column: lance::dataset::mem_wal::scanner::DISTANCE_COLUMN,
+                }),
+                found.as_ref().map(|batch| crate::read::Leg {
+                    batch,
+                    score_column: crate::SCORE_COLUMN,
+                }),
+                query.rrf_k,
+                query.k,
+            )
+        })
+        .await
+    }
+
+    /// `sql` and the typed `conditions` (see [`Condition`]) as one
+    /// predicate over this store's columns; `None` when both are empty.
+    pub fn filter_of(&self, sql: Option<&str>, conditions: &[Condition]) -> Result<Option<String>> {
+        let typed = crate::read::compile_conditions(&self.schemas.logical, conditions)?;
+        Ok(match (sql, typed) {
+            (Some(a), Some(b)) => Some(format!("({a}) AND {b}")),
+            (Some(a), None) => Some(a.to_string()),
+            (None, b) => b,
+        })
+    }
+
+    fn text_column(&self, column: &str) -> Result<&crate::config::TextColumn> {
+        self.engine
+            .settings
+            .indexes
+            .text_columns
+            .iter()
+            .find(|t| t.column == column)
+            .ok_or_else(|| {
+                let declared: Vec<&str> = self
+                    .engine
+                    .settings
+                    .indexes
+                    .text_columns
+                    .iter()
+                    .map(|t| t.column.as_str())
+                    .collect();
+                Error::invalid_argument(format!(
+                    "'{column}' is not a declared text column (declared: {})",
+                    if declared.is_empty() {
+                        "none".to_string()
+                    } else {
+                        declared.join(", ")
+                    }
+                ))
+            })
+    }
+
+    fn vector_column(&self, column: &str) -> Result<&crate::config::VectorColumn> {
+        self.engine
+            .settings
+            .indexes
+            .vector_columns
+            .iter()
+            .find(|v| v.column == column)
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("'{column}' is not a declared vector column"))
+            })
+    }
+
+    fn check_vector_query(
+        &self,
+        declared: &crate::config::VectorColumn,
+        query: &VectorQuery,
+    ) -> Result<()> {
+        if query.vector.len() != declared.dimension {
+            return Err(Error::invalid_argument(format!(
+                "query has {} dimensions, column '{}' has {}",
+                query.vector.len(),
+                query.column,
+                declared.dimension
+            )));
+        }
+        // A distance that overflows reads as null (inf) or ranks anywhere
+        // (NaN): refused, as for stored vectors.
+        if let Err(problem) = input::check_vector(&query.vector, declared.metric) {
+            return Err(Error::invalid_argument(format!("query vector: {problem}")));
+        }
+        Ok(())
     }
 
     /// The base table's versions that retention has kept, oldest first: what
@@ -1234,4 +1382,17 @@ pub struct VersionInfo {
     /// Whether it is the version this handle reads (the latest, or the one
     /// it was opened at).
     pub current: bool,
+}
+
+/// A text query's own limits: its text at most [`crate::MAX_TEXT_QUERY`]
+/// bytes.
+fn check_text_query(query: &TextQuery) -> Result<()> {
+    if query.query.len() > crate::MAX_TEXT_QUERY {
+        return Err(Error::invalid_argument(format!(
+            "the query text is {} bytes; at most {} are accepted",
+            query.query.len(),
+            crate::MAX_TEXT_QUERY
+        )));
+    }
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! Contract constants and types both sides share.
 
 pub use lance_context_spec::{
-    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, TOMBSTONE_CONTENT_TYPE,
+    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, SUPPORTED_ABI_VERSIONS,
+    TOMBSTONE_CONTENT_TYPE,
 };
 
 /// One problem in one row (rows are zero-based positions in the whole input),

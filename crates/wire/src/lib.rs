@@ -38,7 +38,8 @@ pub mod craft;
 mod walk;
 
 pub use contract::{
-    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, RowError, TOMBSTONE_CONTENT_TYPE,
+    ABI_VERSION, Capability, Metric, PRIMARY_KEY_METADATA, RowError, SUPPORTED_ABI_VERSIONS,
+    TOMBSTONE_CONTENT_TYPE,
 };
 pub use walk::{StreamShape, inspect};
 

@@ -23,7 +23,7 @@ use lance_context_plugin::arrow_array::cast::AsArray;
 use lance_context_plugin::*;
 
 /// Plugin version.
-pub const VERSION: &str = "0.1.0";
+pub const VERSION: &str = "0.2.0";
 
 /// The reserved `content_type` of a tombstone record. Callers may not write it.
 pub use lance_context_plugin::TOMBSTONE_CONTENT_TYPE;
@@ -236,6 +236,10 @@ impl Plugin for Context {
                 "session_id = {session_id}",
                 &["created_at", "id"],
             );
+        // The text is searchable by its words unless it is stored as a blob.
+        if !params.blob_columns.iter().any(|c| c == "text_payload") {
+            declaration = declaration.with_text("text_payload");
+        }
         for column in &params.blob_columns {
             declaration = declaration.with_blob(column);
         }

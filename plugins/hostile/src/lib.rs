@@ -212,6 +212,35 @@ mod component {
     }
 
     impl Guest for Hostile {
+        /// `text=COLUMN` declares COLUMN a text column (with
+        /// `tokenizer=NAME`, default `simple`); `text-mode=MODE` misbehaves
+        /// here instead of in `describe`.
+        fn describe_text(
+            params: Vec<(String, String)>,
+        ) -> Result<Vec<lance_context_plugin::bindings::TextColumn>, DescribeError> {
+            let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if let Some(mode) = param("text-mode") {
+                misbehave(&mode);
+            }
+            let Some(column) = param("text") else {
+                return Ok(Vec::new());
+            };
+            let mut t = lance_context_plugin::TextColumn::new(&column);
+            if let Some(tokenizer) = param("tokenizer") {
+                t.tokenizer = tokenizer;
+            }
+            Ok(vec![lance_context_plugin::bindings::TextColumn {
+                name: t.name,
+                tokenizer: t.tokenizer,
+                language: t.language,
+                lower_case: t.lower_case,
+                stem: t.stem,
+                remove_stop_words: t.remove_stop_words,
+                ascii_folding: t.ascii_folding,
+                max_token_length: t.max_token_length,
+            }])
+        }
+
         fn describe(params: Vec<(String, String)>) -> Result<SchemaDecl, DescribeError> {
             let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             if let Some(mode) = param("mode") {

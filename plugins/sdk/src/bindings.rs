@@ -91,6 +91,26 @@ pub fn describe<P: Plugin>(params: &[(String, String)]) -> Result<SchemaDecl, De
 }
 
 #[doc(hidden)]
+pub fn describe_text<P: Plugin>(
+    params: &[(String, String)],
+) -> Result<Vec<types::TextColumn>, DescribeError> {
+    let d = P::describe(params).map_err(|e| DescribeError::InvalidParams(e.to_string()))?;
+    Ok(d.text_columns
+        .into_iter()
+        .map(|t| types::TextColumn {
+            name: t.name,
+            tokenizer: t.tokenizer,
+            language: t.language,
+            lower_case: t.lower_case,
+            stem: t.stem,
+            remove_stop_words: t.remove_stop_words,
+            ascii_folding: t.ascii_folding,
+            max_token_length: t.max_token_length,
+        })
+        .collect())
+}
+
+#[doc(hidden)]
 pub fn validate<P: Plugin>(batch: Vec<u8>, context: CallContext) -> Result<(), BatchError> {
     let call = crate::CallInfo {
         now_micros: context.now_micros,
@@ -132,6 +152,14 @@ macro_rules! export_plugin {
             ) -> ::std::result::Result<$crate::bindings::SchemaDecl, $crate::bindings::DescribeError>
             {
                 $crate::bindings::describe::<$plugin>(&params)
+            }
+            fn describe_text(
+                params: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+            ) -> ::std::result::Result<
+                ::std::vec::Vec<$crate::bindings::TextColumn>,
+                $crate::bindings::DescribeError,
+            > {
+                $crate::bindings::describe_text::<$plugin>(&params)
             }
             fn validate(
                 batch: ::std::vec::Vec<u8>,

@@ -24,6 +24,40 @@ pub struct VectorColumn {
     pub metric: Metric,
 }
 
+/// A text column indexed for full-text (BM25) search (Utf8 or LargeUtf8).
+/// [`TextColumn::new`] gives Lance's default analysis: `simple` tokens,
+/// English, lower-cased, stemmed, stop words removed, accents folded, tokens
+/// over 40 bytes dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextColumn {
+    pub name: String,
+    /// `simple`, `whitespace`, `raw` or `ngram`.
+    pub tokenizer: String,
+    /// Stemming and stop-word language, e.g. `English`.
+    pub language: String,
+    pub lower_case: bool,
+    pub stem: bool,
+    pub remove_stop_words: bool,
+    pub ascii_folding: bool,
+    pub max_token_length: Option<u32>,
+}
+
+impl TextColumn {
+    /// `name` with the default analysis.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            tokenizer: "simple".to_string(),
+            language: "English".to_string(),
+            lower_case: true,
+            stem: true,
+            remove_stop_words: true,
+            ascii_folding: true,
+            max_token_length: Some(40),
+        }
+    }
+}
+
 /// Opt-in engine behaviours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capabilities {
@@ -56,6 +90,8 @@ pub struct Declaration {
     pub key_column: String,
     pub blob_columns: Vec<String>,
     pub vector_columns: Vec<VectorColumn>,
+    /// Full-text columns (ABI 2).
+    pub text_columns: Vec<TextColumn>,
     pub secondary_key: Option<String>,
     pub capabilities: Capabilities,
     pub has_transform: bool,
@@ -72,6 +108,7 @@ impl Declaration {
             key_column: "id".to_string(),
             blob_columns: Vec::new(),
             vector_columns: Vec::new(),
+            text_columns: Vec::new(),
             secondary_key: None,
             capabilities: Capabilities::default(),
             has_transform: false,
@@ -92,6 +129,19 @@ impl Declaration {
             dimension,
             metric,
         });
+        self
+    }
+
+    /// Declare a text column for full-text search, with the default
+    /// analysis (see [`TextColumn::new`]; [`Self::with_text_column`] takes
+    /// other options).
+    pub fn with_text(self, name: &str) -> Self {
+        self.with_text_column(TextColumn::new(name))
+    }
+
+    /// Declare a text column for full-text search.
+    pub fn with_text_column(mut self, column: TextColumn) -> Self {
+        self.text_columns.push(column);
         self
     }
 

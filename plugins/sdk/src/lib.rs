@@ -71,7 +71,7 @@ pub use arrow_schema::{self, DataType, Field, Schema, SchemaRef, TimeUnit};
 pub use arrow_select;
 pub use declaration::{
     ABI_VERSION, Capabilities, Capability, Declaration, Metric, NamedQuery, PRIMARY_KEY_METADATA,
-    TOMBSTONE_CONTENT_TYPE, VectorColumn, key_field,
+    TOMBSTONE_CONTENT_TYPE, TextColumn, VectorColumn, key_field,
 };
 pub use errors::{
     InvalidParams, RowError, RowErrors, require_declared, rows_where_empty, rows_where_null,

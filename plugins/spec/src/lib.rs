@@ -64,6 +64,18 @@ impl Plugin for SpecPlugin {
         for v in &spec.vectors {
             d = d.with_vector(&v.column, v.dimension as u32, v.metric);
         }
+        for t in &spec.text_columns {
+            d = d.with_text_column(lance_context_plugin::TextColumn {
+                name: t.column.clone(),
+                tokenizer: t.tokenizer.clone(),
+                language: t.language.clone(),
+                lower_case: t.lower_case,
+                stem: t.stem,
+                remove_stop_words: t.remove_stop_words,
+                ascii_folding: t.ascii_folding,
+                max_token_length: t.max_token_length,
+            });
+        }
         d.secondary_key = spec.secondary_key.clone();
         d.queries = spec
             .queries

@@ -1,4 +1,4 @@
-//! The contract (`wit/plugin.wit`, `lance-context:plugin@0.1.0`): the only
+//! The contract (`wit/plugin.wit`, `lance-context:plugin@0.2.0`): the only
 //! module that sees the generated bindings, and the conversions of what a
 //! plugin returns into bounded host types.
 //!
@@ -14,12 +14,41 @@
 
 use super::error::{PluginError, RowError, plugin_text};
 
+// The core world: what every component exports (0.1.0's functions). A 0.2.0
+// component's `describe-text` is looked up on the instance by name
+// ([`DESCRIBE_TEXT`]), so 0.1.0 components load unchanged.
 wasmtime::component::bindgen!({
-    world: "schema-plugin",
+    world: "schema-plugin-core",
     path: "../../wit",
 });
 
-pub(crate) use lance_context::plugin::types::{Capabilities, Metric};
+pub(crate) use lance_context::plugin::types::{Capabilities, Metric, TextColumn};
+
+/// The export ABI 2 components add: their text columns.
+pub(crate) const DESCRIBE_TEXT: &str = "describe-text";
+
+/// Bound what `describe-text` returned: names and options printable, the
+/// list within [`MAX_DECLARATION_ITEMS`].
+pub(crate) fn text_columns(
+    plugin: &str,
+    list: Vec<TextColumn>,
+) -> Result<Vec<crate::spec::TextSpec>, PluginError> {
+    items(plugin, "text columns", list)?
+        .into_iter()
+        .map(|t| {
+            Ok(crate::spec::TextSpec {
+                column: text(plugin, "a text column's name", t.name)?,
+                tokenizer: text(plugin, "a text column's tokenizer", t.tokenizer)?,
+                language: text(plugin, "a text column's language", t.language)?,
+                lower_case: t.lower_case,
+                stem: t.stem,
+                remove_stop_words: t.remove_stop_words,
+                ascii_folding: t.ascii_folding,
+                max_token_length: t.max_token_length,
+            })
+        })
+        .collect()
+}
 
 /// Longest plugin-supplied message kept (row errors, refusals, panics).
 pub(crate) const MAX_MESSAGE: usize = 1024;
@@ -91,6 +120,8 @@ pub(crate) struct RawDeclaration {
     pub key_column: String,
     pub blob_columns: Vec<String>,
     pub vectors: Vec<(String, u32, Metric)>,
+    /// From `describe-text` (ABI 2); none for ABI 1.
+    pub text_columns: Vec<crate::spec::TextSpec>,
     pub secondary_key: Option<String>,
     pub capabilities: Vec<crate::spec::Capability>,
     pub has_transform: bool,
@@ -171,6 +202,7 @@ pub(crate) fn declaration(plugin: &str, d: SchemaDecl) -> Result<RawDeclaration,
         key_column: text(plugin, "the key column's name", d.key_column)?,
         blob_columns: texts(plugin, "blob columns", d.blob_columns)?,
         vectors,
+        text_columns: Vec::new(),
         secondary_key: d
             .secondary_key
             .map(|s| text(plugin, "the secondary key's name", s))

@@ -95,7 +95,7 @@ pub enum PluginError {
     },
     /// The plugin was built against an ABI this host does not speak.
     #[error(
-        "plugin {plugin}: ABI version {found} is not supported (this host speaks {ABI_VERSION})"
+        "plugin {plugin}: ABI version {found} is not supported (this host speaks 1 and {ABI_VERSION})"
     )]
     UnsupportedAbi {
         /// The plugin's name.

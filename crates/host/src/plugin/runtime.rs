@@ -15,8 +15,8 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store, Trap};
 
 use super::abi::{
-    self, CallContext, DESCRIBE_BYTES, ERROR_BYTES, MAX_MESSAGE, RawDeclaration, SchemaPlugin,
-    SchemaPluginPre,
+    self, CallContext, DESCRIBE_BYTES, ERROR_BYTES, MAX_MESSAGE, RawDeclaration,
+    SchemaPluginCore as SchemaPlugin, SchemaPluginCorePre as SchemaPluginPre,
 };
 use super::cache::{CacheStats, CompileCache};
 use super::compile::{ChildBounds, Compiler, ShapeLimits, check_shape, compile_in_child};
@@ -736,7 +736,11 @@ impl Inner {
     fn call<R>(
         &self,
         fuel: usize,
-        f: impl FnOnce(&SchemaPlugin, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(
+            &SchemaPlugin,
+            &wasmtime::component::Instance,
+            &mut Store<HostState>,
+        ) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let wait = self.shared.limits.slot_wait;
         let busy = || PluginError::Busy {
@@ -756,11 +760,14 @@ impl Inner {
         store.limiter(|s| s);
         store.set_epoch_deadline(self.deadline_ticks());
         store.set_hostcall_fuel(fuel);
-        let plugin = self
+        let instance = self
             .pre
+            .instance_pre()
             .instantiate(&mut store)
             .map_err(|e| self.trap(&store, e, false))?;
-        f(&plugin, &mut store).map_err(|e| self.trap(&store, e, true))
+        let plugin =
+            SchemaPlugin::new(&mut store, &instance).map_err(|e| self.trap(&store, e, false))?;
+        f(&plugin, &instance, &mut store).map_err(|e| self.trap(&store, e, true))
     }
 
     /// Turn a failed instantiation or call into the typed error saying why.
@@ -817,13 +824,48 @@ impl Inner {
     }
 
     fn describe(&self, sha256: String) -> Result<PluginDeclaration, PluginError> {
-        let result = self.call(DESCRIBE_BYTES, |p, s| p.call_describe(s, &self.params))?;
-        let raw = match result {
+        // One instance answers both: `describe`, then (ABI 2) its text
+        // columns. Both lifts share the call's hostcall fuel.
+        let result = self.call(DESCRIBE_BYTES, |p, instance, s| {
+            let decl = p.call_describe(&mut *s, &self.params)?;
+            let text = match &decl {
+                Ok(d) if d.abi_version >= 2 => {
+                    let Ok(f) = instance.get_typed_func::<
+                        (Vec<(String, String)>,),
+                        (Result<Vec<abi::TextColumn>, abi::DescribeError>,),
+                    >(&mut *s, abi::DESCRIBE_TEXT) else {
+                        return Ok((decl, None));
+                    };
+                    Some(f.call(&mut *s, (self.params.clone(),))?.0)
+                }
+                _ => Some(Ok(Vec::new())),
+            };
+            Ok((decl, text))
+        })?;
+        let invalid_params = |message: String| PluginError::InvalidParams {
+            plugin: self.label.clone(),
+            message: plugin_text(&message, MAX_MESSAGE),
+        };
+        let mut raw = match result.0 {
             Ok(decl) => abi::declaration(&self.label, decl)?,
-            Err(abi::DescribeError::InvalidParams(message)) => {
-                return Err(PluginError::InvalidParams {
+            Err(abi::DescribeError::InvalidParams(message)) => return Err(invalid_params(message)),
+        };
+        raw.text_columns = match result.1 {
+            Some(Ok(list)) => abi::text_columns(&self.label, list)?,
+            Some(Err(abi::DescribeError::InvalidParams(message))) => {
+                return Err(invalid_params(message));
+            }
+            None => {
+                return Err(PluginError::InvalidDeclaration {
                     plugin: self.label.clone(),
-                    message: plugin_text(&message, MAX_MESSAGE),
+                    problems: vec![SpecProblem {
+                        field: "abi-version".into(),
+                        message: format!(
+                            "ABI version {} needs the `{}` export (lance-context:plugin@0.2.0), which this component lacks or types differently",
+                            raw.abi_version,
+                            abi::DESCRIBE_TEXT
+                        ),
+                    }],
                 });
             }
         };
@@ -841,7 +883,7 @@ impl Inner {
         } else {
             raw.name.clone()
         };
-        if raw.abi_version != ABI_VERSION {
+        if !lance_context_wire::SUPPORTED_ABI_VERSIONS.contains(&raw.abi_version) {
             return Err(PluginError::UnsupportedAbi {
                 plugin,
                 found: raw.abi_version,
@@ -871,6 +913,7 @@ impl Inner {
                 },
             })
             .collect();
+        spec.text_columns = raw.text_columns;
         spec.secondary_key = raw.secondary_key;
         spec.queries = raw.queries;
         spec.capabilities = raw.capabilities;
@@ -931,7 +974,7 @@ impl Inner {
     fn validate(&self, batch: &RecordBatch) -> Result<(), PluginError> {
         let bytes = self.encode_input(batch)?;
         let context = self.context(crate::now_micros());
-        self.call(ERROR_BYTES, |p, s| p.call_validate(s, &bytes, &context))?
+        self.call(ERROR_BYTES, |p, _, s| p.call_validate(s, &bytes, &context))?
             .map_err(|e| abi::batch_error(&self.label, e, batch.num_rows()))
     }
 
@@ -950,7 +993,7 @@ impl Inner {
         let context = self.context(now_micros);
         let limit = self.shared.limits.output_bytes;
         let out = self
-            .call(limit.max(ERROR_BYTES), |p, s| {
+            .call(limit.max(ERROR_BYTES), |p, _, s| {
                 p.call_transform(s, &bytes, &context)
             })?
             .map_err(|e| abi::batch_error(&self.label, e, batch.num_rows()))?;
@@ -1028,7 +1071,7 @@ impl Inner {
         let context = self.context(now_micros);
         let limit = self.shared.limits.reduce_output_bytes;
         let text = self
-            .call(limit.max(ERROR_BYTES), |p, s| {
+            .call(limit.max(ERROR_BYTES), |p, _, s| {
                 p.call_reduce(s, query, &bytes, &context)
             })?
             .map_err(|e| abi::batch_error(&self.label, e, rows.num_rows()))?;

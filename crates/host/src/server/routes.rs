@@ -13,10 +13,10 @@ use base64::Engine as _;
 use lance_context_client::{
     Added, CompactionReport, CreateStore, Deleted, Dropped, ErrorBody, GetMany, IndexRequest,
     Indexed, ListParams, MergeReport, Page, Patched, PluginInfo, QueryRequest, QueryResult,
-    Records, SearchRequest, StoreInfo, StoreList, StoreStatus, UpsertParams, UpsertResult,
-    Upserted,
+    Records, RetrieveRequest, SearchRequest, StoreInfo, StoreList, StoreStatus, UpsertParams,
+    UpsertResult, Upserted,
 };
-use lance_context_store::{PatchTarget, ScanRequest, SortKey, VectorQuery};
+use lance_context_store::{PatchTarget, ScanRequest, SortKey};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -81,6 +81,7 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(upsert))
         .routes(routes!(query))
         .routes(routes!(search))
+        .routes(routes!(retrieve))
         .routes(routes!(merge))
         .routes(routes!(compact))
         .routes(routes!(index))
@@ -149,7 +150,7 @@ fn document(mut api: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             // Reads sent as POST (a body of keys, a query, a vector) write nothing.
             let reads = matches!(
                 operation.operation_id.as_deref(),
-                Some("lookup" | "search" | "query")
+                Some("lookup" | "search" | "retrieve" | "query")
             );
             if method_writes && !reads {
                 own.push((
@@ -1003,7 +1004,7 @@ async fn query(
     Ok(Json(result))
 }
 
-#[utoipa::path(post, path = "/api/v1/stores/{name}/search", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = SearchRequest, responses((status = 200, body = Records)))]
+#[utoipa::path(post, path = "/api/v1/stores/{name}/search", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = SearchRequest, responses((status = 200, description = "vector search: rows with `_distance`, nearest first; text search: rows with `_score` (BM25), best first", body = Records)))]
 async fn search(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -1011,41 +1012,50 @@ async fn search(
     body: Body,
 ) -> Result<Json<RawRecords>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
-    let request: SearchRequest = json_body(&state, body).await?;
-    let filter = checked_filter(request.filter)?;
-    if request.k == 0 || request.k > MAX_PAGE {
-        return Err(ApiError::invalid(format!("k must be 1..={MAX_PAGE}")));
-    }
-    if let Some(i) = request.vector.iter().position(|v| !v.is_finite()) {
+    let mut request: SearchRequest = json_body(&state, body).await?;
+    request.filter = checked_filter(request.filter)?;
+    if let Some(i) = request.vector.iter().flatten().position(|v| !v.is_finite()) {
         return Err(ApiError::invalid(format!(
             "vector: element {i} is not a finite Float32"
         )));
     }
-    if request.nprobes == Some(0) {
-        return Err(ApiError::invalid("nprobes must be at least 1"));
+    let records = on_store(&state, &name, move |store| async move {
+        let had_filter = request.filter.is_some() || !request.conditions.is_empty();
+        match crate::search::search(&store.named, request).await {
+            Ok(batch) => RawRecords::of(&batch),
+            Err(e) => Err(blame_filter(&store, had_filter, e).await),
+        }
+    })
+    .await?;
+    Ok(Json(records))
+}
+
+#[utoipa::path(post, path = "/api/v1/stores/{name}/retrieve", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = RetrieveRequest, responses((status = 200, description = "hits fused by reciprocal rank fusion, best first, each with `_rrf_score`, `_vector_rank`, `_distance`, `_text_rank` and `_score`", body = Records)))]
+async fn retrieve(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<RawRecords>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    let mut request: RetrieveRequest = json_body(&state, body).await?;
+    request.filter = checked_filter(request.filter)?;
+    if let Some(i) = request
+        .vector
+        .iter()
+        .flat_map(|leg| leg.vector.iter())
+        .position(|v| !v.is_finite())
+    {
+        return Err(ApiError::invalid(format!(
+            "vector: element {i} is not a finite Float32"
+        )));
     }
     let records = on_store(&state, &name, move |store| async move {
-        let mut query = VectorQuery::new(&request.column, request.vector, request.k);
-        query.filter = filter;
-        query.nprobes = request.nprobes;
-        let batch = match store.named.nearest(&query).await {
-            Ok(batch) => batch,
-            Err(e) => return Err(blame_filter(&store, query.filter.is_some(), e).await),
-        };
-        // Blob columns are left out, as in every other read.
-        let spec = store.named.spec();
-        let keep: Vec<usize> = batch
-            .schema()
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| !spec.blob_columns.contains(f.name()))
-            .map(|(i, _)| i)
-            .collect();
-        let batch = batch
-            .project(&keep)
-            .map_err(|e| ApiError::of_kind(ErrorKind::Internal, e.to_string()))?;
-        RawRecords::of(&batch)
+        let had_filter = request.filter.is_some() || !request.conditions.is_empty();
+        match crate::search::retrieve(&store.named, request).await {
+            Ok(batch) => RawRecords::of(&batch),
+            Err(e) => Err(blame_filter(&store, had_filter, e).await),
+        }
     })
     .await?;
     Ok(Json(records))

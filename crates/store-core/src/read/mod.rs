@@ -10,21 +10,32 @@
 
 //!
 //! Each planner has its own module: [`scan`] (filters, order, visibility),
-//! [`lookup`] (point lookups by key), [`nearest`] (vector search).
+//! [`lookup`] (point lookups by key), [`nearest`] (vector search), [`text`]
+//! (full-text search), [`fusion`] (hybrid retrieval).
 
+mod condition;
+mod fusion;
 mod indexed;
 mod keyed;
 mod lookup;
 mod nearest;
 mod scan;
+mod text;
 
 pub(crate) use keyed::{HeldGenerations, KeyedRead, keyed_rows};
 
+pub use condition::{Condition, FilterValue, MAX_IN_VALUES, compile_conditions};
+pub use fusion::{
+    DEFAULT_RRF_K, RRF_SCORE_COLUMN, RetrieveQuery, TEXT_RANK_COLUMN, VECTOR_RANK_COLUMN,
+};
+pub(crate) use fusion::{Leg, fuse};
 pub(crate) use lookup::plan_lookup;
 pub use nearest::VectorQuery;
 pub(crate) use nearest::nearest;
 pub use scan::{ScanRequest, SortKey, Visibility, check_plain_predicate};
 pub(crate) use scan::{combined_filter, plan_scan};
+pub(crate) use text::search_text;
+pub use text::{MAX_TEXT_QUERY, SCORE_COLUMN, TextOperator, TextQuery, exact_bm25};
 
 use std::collections::HashMap;
 use std::sync::Arc;

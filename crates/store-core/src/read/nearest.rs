@@ -17,6 +17,9 @@ use crate::config::{Metric, VectorColumn};
 use crate::conform::Schemas;
 use crate::error::{Error, LanceResultExt, Result};
 
+/// The distance column of a vector search.
+pub(crate) const DISTANCE: &str = DISTANCE_COLUMN;
+
 /// A nearest-neighbour query over a declared vector column.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VectorQuery {
@@ -234,14 +237,19 @@ fn rank_rows(
 }
 
 fn with_distance(batch: RecordBatch, distances: Vec<f32>) -> Result<RecordBatch> {
+    with_column(batch, DISTANCE_COLUMN, distances)
+}
+
+/// `batch` with a non-null Float32 column `name` of `values` appended.
+pub(crate) fn with_column(batch: RecordBatch, name: &str, values: Vec<f32>) -> Result<RecordBatch> {
     let mut fields: Vec<arrow_schema::FieldRef> = batch.schema().fields().iter().cloned().collect();
     fields.push(Arc::new(arrow_schema::Field::new(
-        DISTANCE_COLUMN,
+        name,
         arrow_schema::DataType::Float32,
         false,
     )));
     let mut columns = batch.columns().to_vec();
-    columns.push(Arc::new(Float32Array::from(distances)));
+    columns.push(Arc::new(Float32Array::from(values)));
     Ok(RecordBatch::try_new(
         Arc::new(arrow_schema::Schema::new_with_metadata(
             fields,

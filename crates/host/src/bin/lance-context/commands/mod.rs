@@ -11,6 +11,7 @@ pub mod plugin;
 pub mod plugin_new;
 pub mod remote;
 pub mod report;
+pub mod search;
 pub mod serve;
 pub mod store;
 pub mod torture;

@@ -12,10 +12,9 @@ use lance_context_host::{
     CreateOptions, NamedStore, PipelineError, PluginLimits, PluginRuntime, Registry, SchemaSource,
     default_projection,
 };
-use lance_context_store::VectorQuery;
 use serde::Serialize;
 
-use super::{export, report};
+use super::{export, report, search};
 use crate::args::{
     AsOf, ScanArgs, StorageOption, ensure_usage, parse_kv, parse_storage_option, usage,
 };
@@ -109,8 +108,13 @@ enum StoreCommand {
         #[command(flatten)]
         as_of: AsOf,
     },
-    /// Nearest neighbours in one of the store's vector columns.
-    Search(SearchCommand),
+    /// Search one column: nearest neighbours of a vector (`--vector`, rows
+    /// with `_distance`) or the best BM25 matches of a text (`--text`, rows
+    /// with `_score`), in base and unmerged rows alike.
+    Search(search::SearchCommand),
+    /// Hybrid retrieval: a vector leg and a text leg fused by reciprocal rank
+    /// fusion (each hit with `_rrf_score` and its rank and score per leg).
+    Retrieve(search::RetrieveCommand),
     /// Write records out (JSON Lines, Arrow IPC or Parquet), streamed: what
     /// `store add` reads back.
     Export(export::ExportCommand),
@@ -195,26 +199,6 @@ pub struct AddCommand {
     /// the rest are added. FILE is replaced.
     #[arg(long, value_name = "FILE")]
     reject_file: Option<PathBuf>,
-}
-
-#[derive(Parser, Debug)]
-pub struct SearchCommand {
-    name: String,
-    /// The vector column to search (a store may have several).
-    #[arg(long)]
-    column: String,
-    /// The query vector: a JSON array or comma-separated numbers.
-    #[arg(long, allow_hyphen_values = true)]
-    vector: String,
-    /// How many neighbours.
-    #[arg(long, default_value_t = 10)]
-    k: usize,
-    /// SQL predicate applied before ranking.
-    #[arg(long)]
-    filter: Option<String>,
-    /// IVF partitions to probe in the index (more: better recall, slower).
-    #[arg(long)]
-    nprobes: Option<usize>,
 }
 
 /// What `store add` did: one object.
@@ -558,16 +542,12 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             out.item(&serde_json::json!({ "count": count }), || count.to_string())
         }
         StoreCommand::Search(c) => {
-            ensure_usage(c.k >= 1, || "--k must be at least 1".into())?;
-            ensure_usage(c.nprobes != Some(0), || {
-                "--nprobes must be at least 1".into()
-            })?;
             let named = read(c.name.clone(), AsOf::default()).await?;
-            let vector = parse_vector(&c.vector)?;
-            let mut query = VectorQuery::new(&c.column, vector, c.k);
-            query.filter = c.filter;
-            query.nprobes = c.nprobes;
-            out.rows(&named.nearest(&query).await?)
+            search::search(&named, &c, out).await
+        }
+        StoreCommand::Retrieve(c) => {
+            let named = read(c.name.clone(), AsOf::default()).await?;
+            search::retrieve(&named, &c, out).await
         }
         StoreCommand::Export(c) => {
             let named = read(c.name.clone(), c.as_of).await?;
@@ -647,7 +627,7 @@ async fn remote(
     use super::remote;
     let local_only = |what: &str| {
         usage(format!(
-            "{what} is not available with --server (add, get, scan and query are); use the server's API or run it where the data root is"
+            "{what} is not available with --server (add, get, scan, query, search and retrieve are); use the server's API or run it where the data root is"
         ))
     };
     match command {
@@ -699,6 +679,14 @@ async fn remote(
                 "--as-of is not available with --server".into()
             })?;
             remote::query(client, &name, &query, &args, out).await
+        }
+        StoreCommand::Search(c) => {
+            let records = client.search(&c.name, &c.request()?).await?;
+            out.values(&records)
+        }
+        StoreCommand::Retrieve(c) => {
+            let records = client.retrieve(&c.name, &c.request()?).await?;
+            out.values(&records)
         }
         StoreCommand::Query { query: None, .. } => Err(local_only("listing queries")),
         other => Err(local_only(&format!(
@@ -1319,22 +1307,4 @@ fn print_listed(bar: &indicatif::ProgressBar, listed: &serde_json::Value, verb: 
             }
         }
     });
-}
-
-/// `[0.1, 0.2]` or `0.1,0.2`.
-fn parse_vector(text: &str) -> Result<Vec<f32>> {
-    let trimmed = text.trim();
-    let values: Result<Vec<f32>, _> = if trimmed.starts_with('[') {
-        serde_json::from_str::<Vec<f32>>(trimmed).map_err(|e| e.to_string())
-    } else {
-        trimmed
-            .split(',')
-            .map(|v| v.trim().parse::<f32>().map_err(|e| format!("'{v}': {e}")))
-            .collect()
-    };
-    let values = values.map_err(|e| usage(format!("--vector: not a list of numbers: {e}")))?;
-    ensure_usage(values.iter().all(|v| v.is_finite()), || {
-        "--vector: every number must be finite".into()
-    })?;
-    Ok(values)
 }
