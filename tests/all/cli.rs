@@ -639,6 +639,82 @@ fn the_demo_runs_twice_and_the_cli_reads_what_it_wrote() {
         "",
     );
     assert_eq!(code, 2, "a vector of the wrong length: {err}");
+    // Full-text search of the declared text column, and hybrid retrieval.
+    let words = ok(
+        root,
+        &[
+            "store",
+            "--root",
+            data,
+            "search",
+            "memories",
+            "--column",
+            "text_payload",
+            "--text",
+            "agent noted",
+            "--k",
+            "4",
+        ],
+    );
+    assert_eq!(words.len(), 4);
+    assert!(
+        words.iter().all(|w| w["_score"].as_f64().unwrap() > 0.0),
+        "{words:?}"
+    );
+    let fused = ok(
+        root,
+        &[
+            "store",
+            "--root",
+            data,
+            "retrieve",
+            "memories",
+            "--vector-column",
+            "embedding",
+            "--vector",
+            &format!("[{}]", vec!["0.5"; 32].join(",")),
+            "--text-column",
+            "text_payload",
+            "--text",
+            "observation",
+            "--k",
+            "5",
+            "--where",
+            "tenant=acme",
+            "--where",
+            "id~mem",
+        ],
+    );
+    assert!(!fused.is_empty() && fused.len() <= 5, "{fused:?}");
+    assert!(fused.iter().all(|f| f["tenant"] == "acme"), "{fused:?}");
+    assert!(fused[0]["_rrf_score"].as_f64().unwrap() > 0.0);
+    for (args, why) in [
+        (
+            vec!["--column", "embedding", "--text", "x"],
+            "a vector column searched for text",
+        ),
+        (vec!["--column", "nope", "--text", "x"], "an unknown column"),
+        (
+            vec![
+                "--column",
+                "text_payload",
+                "--text",
+                "x",
+                "--where",
+                "nope=1",
+            ],
+            "an unknown column in --where",
+        ),
+        (
+            vec!["--column", "text_payload"],
+            "neither --text nor --vector",
+        ),
+    ] {
+        let mut all = vec!["store", "--root", data, "search", "memories"];
+        all.extend(args);
+        let (code, _, err) = cli(root, &all, "");
+        assert_eq!(code, 2, "{why}: {err}");
+    }
     let built = ok(root, &["store", "--root", data, "index", "memories"]);
     assert_eq!(built[0]["column"], "embedding");
     let state = cli(

@@ -189,7 +189,52 @@ async fn every_misbehaviour_in_every_export_is_a_typed_error_and_the_host_keeps_
             .unwrap_err();
         assert!(check(&err), "describe {m}: {err}");
         still_serving();
+        // And `describe-text` (ABI 2), called on the same instance after it.
+        let err = rt
+            .load(
+                "hostile",
+                &bytes("test_hostile"),
+                params(&[("text-mode", m)]),
+            )
+            .unwrap_err();
+        assert!(check(&err), "describe-text {m}: {err}");
+        still_serving();
     }
+    // A text column that is not a column, or a tokenizer Lance lacks: the
+    // declaration is refused with the problem named.
+    for (p, field) in [
+        (vec![("text", "nope")], "text_columns[0].column"),
+        (
+            vec![("text", "id"), ("tokenizer", "klingon")],
+            "text_columns[0].tokenizer",
+        ),
+    ] {
+        let err = rt
+            .load("hostile", &bytes("test_hostile"), params(&p))
+            .unwrap_err();
+        assert!(
+            matches!(&err, PluginError::InvalidDeclaration { problems, .. }
+                if problems.iter().any(|x| x.field == field)),
+            "{p:?}: {err}"
+        );
+    }
+    // A 0.1.0 component claiming ABI 2 lacks `describe-text`: refused, typed.
+    let err = rt
+        .load("abi1", &bytes("test_abi1"), params(&[("abi", "2")]))
+        .unwrap_err();
+    assert!(
+        matches!(&err, PluginError::InvalidDeclaration { problems, .. }
+            if problems.iter().any(|x| x.message.contains("describe-text"))),
+        "{err}"
+    );
+    // And an ABI this host does not know.
+    let err = rt
+        .load("abi1", &bytes("test_abi1"), params(&[("abi", "3")]))
+        .unwrap_err();
+    assert!(
+        matches!(err, PluginError::UnsupportedAbi { found: 3, .. }),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -160,6 +160,23 @@ async fn text_search_scores_base_and_fresh_rows_as_one_corpus() {
     }
     // Both tiers are in the answer.
     assert!(ids.iter().any(|i| i == "d0") && ids.iter().any(|i| i == "d7"));
+    // Merging keeps the full-text index covering every row, and the scores
+    // stay the exact ones.
+    store.merge().await.unwrap();
+    let stats = store.stats().await.unwrap();
+    let fts = stats.index("body_fts").expect("the text index");
+    assert!(fts.covers_all_rows, "{fts:?}");
+    let merged = store
+        .search_text(&TextQuery::new("body", query, 10))
+        .await
+        .unwrap();
+    assert_eq!(strings(&merged, "id"), ids);
+    for (a, b) in floats(&merged, "_score")
+        .iter()
+        .zip(floats(&found, "_score"))
+    {
+        assert!((a.unwrap() - b.unwrap()).abs() < 1e-4, "{a:?} {b:?}");
+    }
 
     // `and`: every term.
     let mut and = TextQuery::new("body", "quick fox", 10);

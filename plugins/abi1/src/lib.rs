@@ -16,7 +16,14 @@ use std::sync::Arc;
 struct Abi1;
 
 impl Guest for Abi1 {
-    fn describe(_params: Vec<(String, String)>) -> Result<SchemaDecl, DescribeError> {
+    /// `abi=N` reports ABI version N (tests of a component that claims a
+    /// version it does not implement).
+    fn describe(params: Vec<(String, String)>) -> Result<SchemaDecl, DescribeError> {
+        let abi_version = params
+            .iter()
+            .find(|(k, _)| k == "abi")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(1);
         let item = Arc::new(Field::new("item", DataType::Float32, true));
         let schema = Schema::new(vec![
             key_field("id"),
@@ -28,7 +35,7 @@ impl Guest for Abi1 {
         Ok(SchemaDecl {
             name: "abi1".into(),
             version: "0.1.0".into(),
-            abi_version: 1,
+            abi_version,
             arrow_schema,
             key_column: "id".into(),
             blob_columns: Vec::new(),

@@ -829,7 +829,7 @@ impl Inner {
         let result = self.call(DESCRIBE_BYTES, |p, instance, s| {
             let decl = p.call_describe(&mut *s, &self.params)?;
             let text = match &decl {
-                Ok(d) if d.abi_version >= 2 => {
+                Ok(d) if d.abi_version == 2 => {
                     let Ok(f) = instance.get_typed_func::<
                         (Vec<(String, String)>,),
                         (Result<Vec<abi::TextColumn>, abi::DescribeError>,),
