@@ -474,6 +474,58 @@ async fn context_stores_search_their_text_and_hide_what_capabilities_hide() {
         }
     };
     assert_eq!(found("likes").await, ["m1", "m2"]);
+    // Typed conditions on a timestamp, a text and the key, compiled to
+    // predicates Lance evaluates in every tier.
+    use lance_context_client::Condition as C;
+    let with = |conditions: Vec<C>| {
+        let store = &store;
+        async move {
+            let mut request = lance_context_client::SearchRequest::text("text_payload", "likes", 5);
+            request.conditions = conditions;
+            strings(
+                &lance_context_host::search::search(store, request)
+                    .await
+                    .unwrap(),
+                "id",
+            )
+        }
+    };
+    let since = |t: &str| C {
+        column: "created_at".into(),
+        gte: Some(t.into()),
+        ..C::default()
+    };
+    assert_eq!(with(vec![since("2000-01-01")]).await, ["m1", "m2"]);
+    assert_eq!(
+        with(vec![since("2999-01-01T00:00:00Z")]).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        with(vec![C::contains("text_payload", "green")]).await,
+        ["m1"]
+    );
+    let one_of = C {
+        column: "id".into(),
+        one_of: Some(vec!["m2".into(), "zz".into()]),
+        ..C::default()
+    };
+    assert_eq!(with(vec![one_of]).await, ["m2"]);
+    let e = lance_context_host::search::search(&store, {
+        let mut r = lance_context_client::SearchRequest::text("text_payload", "likes", 5);
+        r.conditions = vec![C {
+            column: "created_at".into(),
+            gte: Some("yesterday".into()),
+            ..C::default()
+        }];
+        r
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(
+        e.to_string().contains("where[0]") || e.to_string().contains("condition 0"),
+        "{e}"
+    );
     store.delete(&["m1"]).await.unwrap();
     assert_eq!(found("tea").await, Vec::<String>::new());
     assert_eq!(found("likes").await, ["m2"]);

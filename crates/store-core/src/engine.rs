@@ -690,7 +690,7 @@ impl Engine {
         Ok(())
     }
 
-    /// The key indexes (the key's, the secondary key's) with more than
+    /// The key indexes (the key's, the secondary key's) and the full-text ones with more than
     /// [`MAX_KEY_INDEX_SEGMENTS`] segments, and how many of their trailing
     /// segments to fold (see [`segments_to_fold`]).
     async fn crowded_key_indexes(&self, dataset: &Dataset) -> Result<Vec<(String, usize)>> {
@@ -700,6 +700,14 @@ impl Engine {
         {
             names.push(format!("{column}_idx"));
         }
+        // A text search reads every segment of its index too.
+        names.extend(
+            self.settings
+                .indexes
+                .text_columns
+                .iter()
+                .map(|t| text_index_name(&t.column)),
+        );
         let indices = dataset.load_indices().await.ctx("listing indexes")?;
         let rows: HashMap<u64, u64> = dataset
             .fragments()

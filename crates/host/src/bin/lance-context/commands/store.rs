@@ -67,7 +67,8 @@ enum StoreCommand {
     /// running server keeps the old plugin until it reopens the store.
     Upgrade {
         name: String,
-        /// The new plugin component (.wasm).
+        /// The new plugin component (.wasm), or a built-in's name (`rollout`,
+        /// `context`, `datagen`: this binary's own build of it).
         #[arg(long)]
         plugin: PathBuf,
         /// JSON Lines of records the plugin should accept (checked by the
@@ -330,9 +331,18 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             plugin,
             sample,
         } => {
-            let bytes =
-                std::fs::read(&plugin).with_context(|| format!("reading {}", plugin.display()))?;
-            let label = file_label(&plugin.display().to_string());
+            let given = plugin.display().to_string();
+            let builtin = (!plugin.exists())
+                .then(|| lance_context_host::builtin_plugin_bytes(&given))
+                .flatten();
+            let (bytes, label) = match builtin {
+                Some(bytes) => (bytes.to_vec(), given.clone()),
+                None => (
+                    std::fs::read(&plugin)
+                        .with_context(|| format!("reading {}", plugin.display()))?,
+                    file_label(&given),
+                ),
+            };
             let samples = read_samples(sample.as_deref())?;
             let report = registry.upgrade(&name, &label, &bytes, samples).await?;
             print_warnings(&report.probe_warnings, &out);
