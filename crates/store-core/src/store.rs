@@ -731,19 +731,28 @@ impl Store {
         let params = self.engine.opener.store_params();
         let (vector, text, params, row_schema) = (&vector, &text, &params, &row_schema);
         self.on_view(|view| async move {
-            let near = match vector {
-                Some((v, declared)) => Some(
-                    crate::read::nearest(&view, &self.schemas, declared, v, params, hide).await?,
-                ),
-                None => None,
+            // The legs run together on the same view.
+            let near = async {
+                match vector {
+                    Some((v, declared)) => {
+                        crate::read::nearest(&view, &self.schemas, declared, v, params, hide)
+                            .await
+                            .map(Some)
+                    }
+                    None => Ok(None),
+                }
             };
-            let found = match text {
-                Some((t, declared)) => Some(
-                    crate::read::search_text(&view, &self.schemas, declared, t, params, hide)
-                        .await?,
-                ),
-                None => None,
+            let found = async {
+                match text {
+                    Some((t, declared)) => {
+                        crate::read::search_text(&view, &self.schemas, declared, t, params, hide)
+                            .await
+                            .map(Some)
+                    }
+                    None => Ok(None),
+                }
             };
+            let (near, found) = futures::future::try_join(near, found).await?;
             crate::read::fuse(
                 &self.schemas.key,
                 row_schema,

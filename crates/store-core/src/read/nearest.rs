@@ -17,6 +17,10 @@ use crate::config::{Metric, VectorColumn};
 use crate::conform::Schemas;
 use crate::error::{Error, LanceResultExt, Result};
 
+/// Candidates re-ranked by exact distance per row asked, unless a query says
+/// otherwise: see docs/search.md for the recall it buys.
+pub const DEFAULT_REFINE_FACTOR: u32 = 10;
+
 /// The distance column of a vector search.
 pub(crate) const DISTANCE: &str = DISTANCE_COLUMN;
 
@@ -34,7 +38,9 @@ pub struct VectorQuery {
     /// IVF partitions searched in the base table's index (default: Lance's).
     /// More partitions: better recall, slower.
     pub nprobes: Option<usize>,
-    /// Re-rank `refine_factor × k` candidates by exact distance.
+    /// Re-rank `refine_factor × k` candidates by exact distance (default
+    /// [`DEFAULT_REFINE_FACTOR`]: product quantisation alone ranks too
+    /// coarsely for a good recall; `Some(0)` turns re-ranking off).
     pub refine_factor: Option<u32>,
 }
 
@@ -150,8 +156,11 @@ pub(crate) async fn nearest(
         if let Some(n) = query.nprobes {
             scan.nprobes(n);
         }
-        if let Some(r) = query.refine_factor {
-            scan.refine(r);
+        match query.refine_factor.unwrap_or(DEFAULT_REFINE_FACTOR) {
+            0 => {}
+            r => {
+                scan.refine(r);
+            }
         }
         let found = scan
             .try_into_batch()

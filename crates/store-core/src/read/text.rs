@@ -350,58 +350,61 @@ pub(crate) async fn search_text(
     // shadows, scored again against the whole store's statistics.
     let base_rows = view.dataset.count_rows(None).await.ctx("counting rows")?;
     let mut fetch = (query.k * 2).max(query.k + 10);
-    while base_rows > 0 {
-        let mut scan = view.dataset.scan();
-        scan.project(&columns).ctx("projecting")?;
-        if let Some(expr) = &filter {
-            scan.filter_expr(expr.clone());
-            scan.prefilter(true);
-        }
-        let operator = match query.operator {
-            TextOperator::Or => Operator::Or,
-            TextOperator::And => Operator::And,
-        };
-        let fts = FullTextSearchQuery::new_query(FtsQuery::Match(
-            MatchQuery::new(query.query.clone())
-                .with_column(Some(declared.column.clone()))
-                .with_operator(operator),
-        ))
-        .limit(Some(fetch as i64));
-        scan.full_text_search(fts)
-            .map_err(|e| Error::invalid_argument(format!("text search: {e}")))?;
-        scan.limit(Some(fetch as i64), None).ctx("limiting")?;
-        let found = scan
-            .try_into_batch()
-            .await
-            .ctx("searching the base table")?;
-        let returned = found.num_rows();
-        let found = if fresh_snapshots.is_empty() || returned == 0 {
-            found
-        } else {
-            let keys = found.project(&[found.schema().index_of(&schemas.key)?])?;
-            let shadowed = fresh_scanner()
-                .contains_pks(&keys)
-                .await
-                .ctx("checking keys rewritten since the base")?;
-            let keep =
-                arrow_array::BooleanArray::from(shadowed.iter().map(|s| !s).collect::<Vec<bool>>());
-            arrow_select::filter::filter_record_batch(&found, &keep)?
-        };
-        let conformed = schemas.conform_for_read(&found, None)?;
-        let found_keys = keys(&conformed, &schemas.key)?;
-        let mut base_ranked = Vec::new();
-        for (row, text) in texts(&conformed, &declared.column)?.into_iter().enumerate() {
-            let doc = analyzer.doc(text.as_deref().unwrap_or(""));
-            if let Some(s) = score(&doc, &terms, &scorer, query.operator) {
-                base_ranked.push((s, found_keys[row].clone(), conformed.slice(row, 1)));
+    if base_rows > 0 {
+        loop {
+            let mut scan = view.dataset.scan();
+            scan.project(&columns).ctx("projecting")?;
+            if let Some(expr) = &filter {
+                scan.filter_expr(expr.clone());
+                scan.prefilter(true);
             }
+            let operator = match query.operator {
+                TextOperator::Or => Operator::Or,
+                TextOperator::And => Operator::And,
+            };
+            let fts = FullTextSearchQuery::new_query(FtsQuery::Match(
+                MatchQuery::new(query.query.clone())
+                    .with_column(Some(declared.column.clone()))
+                    .with_operator(operator),
+            ))
+            .limit(Some(fetch as i64));
+            scan.full_text_search(fts)
+                .map_err(|e| Error::invalid_argument(format!("text search: {e}")))?;
+            scan.limit(Some(fetch as i64), None).ctx("limiting")?;
+            let found = scan
+                .try_into_batch()
+                .await
+                .ctx("searching the base table")?;
+            let returned = found.num_rows();
+            let found = if fresh_snapshots.is_empty() || returned == 0 {
+                found
+            } else {
+                let keys = found.project(&[found.schema().index_of(&schemas.key)?])?;
+                let shadowed = fresh_scanner()
+                    .contains_pks(&keys)
+                    .await
+                    .ctx("checking keys rewritten since the base")?;
+                let keep = arrow_array::BooleanArray::from(
+                    shadowed.iter().map(|s| !s).collect::<Vec<bool>>(),
+                );
+                arrow_select::filter::filter_record_batch(&found, &keep)?
+            };
+            let conformed = schemas.conform_for_read(&found, None)?;
+            let found_keys = keys(&conformed, &schemas.key)?;
+            let mut base_ranked = Vec::new();
+            for (row, text) in texts(&conformed, &declared.column)?.into_iter().enumerate() {
+                let doc = analyzer.doc(text.as_deref().unwrap_or(""));
+                if let Some(s) = score(&doc, &terms, &scorer, query.operator) {
+                    base_ranked.push((s, found_keys[row].clone(), conformed.slice(row, 1)));
+                }
+            }
+            let live = base_ranked.len();
+            if live >= query.k || returned < fetch || fetch as u64 >= base_rows as u64 {
+                ranked.extend(base_ranked);
+                break;
+            }
+            fetch = (fetch * 2).min(base_rows);
         }
-        let live = base_ranked.len();
-        if live >= query.k || returned < fetch || fetch as u64 >= base_rows as u64 {
-            ranked.extend(base_ranked);
-            break;
-        }
-        fetch = (fetch * 2).min(base_rows);
     }
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     ranked.truncate(query.k);

@@ -21,7 +21,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use commands::{bench, bench_plugins, bench_server, dataset, demo, plugin, serve, store, torture};
+use commands::{
+    bench, bench_plugins, bench_search, bench_server, dataset, demo, plugin, serve, store, torture,
+};
 use output::Out;
 
 #[derive(Parser, Debug)]
@@ -61,6 +63,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Benchmark the plugin boundary: adds through the rollout plugin vs native.
     BenchPlugins(bench_plugins::PluginBenchArgs),
+    /// Benchmark search: recall, BM25 agreement, vector/text/hybrid latency,
+    /// and the previous implementation's search side by side.
+    BenchSearch(bench_search::SearchBenchArgs),
     /// Benchmark the REST server: adds and gets over loopback HTTP vs in process.
     BenchServer(bench_server::ServerBenchArgs),
     /// Seeded crash trials: a writer (and an operator's maintenance) killed at
@@ -154,6 +159,7 @@ async fn run(command: Command, out: Out) -> Result<()> {
         Command::Dataset(c) => c.execute(out).await,
         Command::Bench(args) => bench::run(args).await,
         Command::BenchPlugins(args) => bench_plugins::run(args).await,
+        Command::BenchSearch(args) => bench_search::run(args).await,
         Command::BenchServer(args) => bench_server::run(args).await,
         Command::Torture(args) => torture::run(args).await,
         Command::TortureWriter(args) => torture::writer(args).await,

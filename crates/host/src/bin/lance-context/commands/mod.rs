@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_plugins;
 pub mod bench_records;
+pub mod bench_search;
 pub mod bench_server;
 pub mod dataset;
 pub mod demo;
