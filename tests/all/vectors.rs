@@ -250,6 +250,11 @@ async fn ivf_pq_l2_top_k_matches_brute_force() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ivf_sq_cosine_top_k_matches_brute_force() {
+    check(Metric::Cosine, VectorIndexKind::IvfSq).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ivf_hnsw_cosine_top_k_matches_brute_force() {
     check(Metric::Cosine, VectorIndexKind::IvfHnswPq).await;
 }

@@ -1272,7 +1272,7 @@ pub fn store_config(
             column: v.column.clone(),
             dimension: v.dimension as usize,
             metric: v.metric,
-            kind: VectorIndexKind::IvfPq,
+            kind: VectorIndexKind::IvfSq,
         })
         .collect();
     StoreConfig::new(&entry.uri)

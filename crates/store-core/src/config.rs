@@ -355,7 +355,15 @@ pub use lance_context_spec::TextSpec as TextColumn;
 /// Kind of vector index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VectorIndexKind {
-    /// IVF partitions with product quantisation.
+    /// IVF partitions with 8-bit scalar quantisation (one byte per
+    /// dimension): the default the registry builds. Measured by
+    /// `bench-search` at 100k × 64 dims, clustered cosine data, refine 10:
+    /// recall@10 1.000, where `IvfPq` (16 dimensions per sub-vector) gave
+    /// 0.64.
+    IvfSq,
+    /// IVF partitions with product quantisation (16 dimensions per
+    /// sub-vector, else 8): the smallest index, the lowest recall; raise
+    /// `refine_factor` with it.
     IvfPq,
     /// IVF partitions with an HNSW graph per partition (PQ-compressed).
     IvfHnswPq,

@@ -765,6 +765,11 @@ impl Engine {
         let partitions = ((rows as f64).sqrt() as usize).clamp(1, 256);
         let sub_vectors = pq_sub_vectors(declared.dimension);
         let params = match declared.kind {
+            VectorIndexKind::IvfSq => VectorIndexParams::with_ivf_sq_params(
+                metric,
+                lance_index::vector::ivf::IvfBuildParams::new(partitions),
+                lance_index::vector::sq::builder::SQBuildParams::default(),
+            ),
             VectorIndexKind::IvfPq => {
                 VectorIndexParams::ivf_pq(partitions, 8, sub_vectors, metric, 50)
             }

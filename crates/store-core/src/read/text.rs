@@ -303,38 +303,64 @@ pub(crate) async fn search_text(
         });
     let mut fresh_rows: Vec<(Doc, String, RecordBatch)> = Vec::new();
     if !fresh_snapshots.is_empty() {
-        let scanner = fresh_scanner()
-            .project(&[schemas.key.as_str(), declared.column.as_str()])
-            .map_err(|e| Error::from_lance("projecting", None, e))?;
-        let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
-        while let Some(batch) = stream
-            .try_next()
-            .await
-            .map_err(|e| Error::from_datafusion("reading generations", e))?
-        {
-            for text in texts(&batch, &declared.column)? {
-                stats.add(&analyzer.doc(text.as_deref().unwrap_or("")));
-            }
-        }
-        let mut scanner = fresh_scanner()
-            .project(&columns)
-            .map_err(|e| Error::from_lance("projecting", None, e))?;
-        if let Some(expr) = &filter {
-            scanner = scanner.filter_expr(expr.clone());
-        }
-        let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
-        while let Some(batch) = stream
-            .try_next()
-            .await
-            .map_err(|e| Error::from_datafusion("reading generations", e))?
-        {
-            let batch = schemas.conform_for_read(&batch, None)?;
+        // Every unmerged row counts in the statistics; without a filter the
+        // same read yields the candidates, with one a second, filtered read
+        // does.
+        let keep = |fresh_rows: &mut Vec<(Doc, String, RecordBatch)>,
+                    batch: &RecordBatch,
+                    docs: Vec<Doc>|
+         -> Result<()> {
+            let batch = schemas.conform_for_read(batch, None)?;
             let keys = keys(&batch, &schemas.key)?;
-            for (row, text) in texts(&batch, &declared.column)?.into_iter().enumerate() {
-                let doc = analyzer.doc(text.as_deref().unwrap_or(""));
+            for (row, doc) in docs.into_iter().enumerate() {
                 if doc.counts.iter().any(|c| *c > 0) {
                     fresh_rows.push((doc, keys[row].clone(), batch.slice(row, 1)));
                 }
+            }
+            Ok(())
+        };
+        let stats_columns: Vec<String> = if filter.is_none() {
+            columns.clone()
+        } else {
+            vec![schemas.key.clone(), declared.column.clone()]
+        };
+        let projection: Vec<&str> = stats_columns.iter().map(String::as_str).collect();
+        let scanner = fresh_scanner()
+            .project(&projection)
+            .map_err(|e| Error::from_lance("projecting", None, e))?;
+        let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| Error::from_datafusion("reading generations", e))?
+        {
+            let docs: Vec<Doc> = texts(&batch, &declared.column)?
+                .into_iter()
+                .map(|text| analyzer.doc(text.as_deref().unwrap_or("")))
+                .collect();
+            for doc in &docs {
+                stats.add(doc);
+            }
+            if filter.is_none() {
+                keep(&mut fresh_rows, &batch, docs)?;
+            }
+        }
+        if let Some(expr) = &filter {
+            let scanner = fresh_scanner()
+                .project(&columns)
+                .map_err(|e| Error::from_lance("projecting", None, e))?
+                .filter_expr(expr.clone());
+            let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
+            while let Some(batch) = stream
+                .try_next()
+                .await
+                .map_err(|e| Error::from_datafusion("reading generations", e))?
+            {
+                let docs: Vec<Doc> = texts(&batch, &declared.column)?
+                    .into_iter()
+                    .map(|text| analyzer.doc(text.as_deref().unwrap_or("")))
+                    .collect();
+                keep(&mut fresh_rows, &batch, docs)?;
             }
         }
     }
