@@ -478,19 +478,17 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 bar.finish_and_clear();
                 result?;
                 let seconds = t.elapsed().as_secs_f64();
-                // Lance trains nothing on fewer rows than its quantizer
-                // needs (256): the index then covers no rows yet, which is
-                // said rather than reported as built.
+                // An index trained on too few rows (a product quantizer
+                // needs 256) covers none of them: said, not reported built.
                 let stats = named.stats().await?;
                 let index = stats.index(&format!("{column}_idx"));
                 let covers = index.is_some_and(|i| i.covers_all_rows);
                 if !covers && !out.json_errors {
-                    if stats.rows_in_base < 256 {
+                    if index.is_none_or(|i| i.unindexed_fragments >= stats.fragments) {
                         eprintln!(
                             "warning: the index on {column} covers no rows yet: the base \
-                             table's {} row(s) are fewer than training needs (256); searches \
-                             stay exact (brute force) and the merge that brings enough rows \
-                             trains it",
+                             table's {} row(s) are too few to train it; searches stay exact \
+                             (brute force) and the merge that brings enough rows trains it",
                             stats.rows_in_base
                         );
                     } else {
