@@ -112,6 +112,15 @@ impl Analyzer {
         Ok(Self { tokenizer, terms })
     }
 
+    /// The analysed text of every row of `column` in `batch` (a null is
+    /// an empty text).
+    fn docs(&mut self, batch: &RecordBatch, column: &str) -> Result<Vec<Doc>> {
+        Ok(texts(batch, column)?
+            .into_iter()
+            .map(|text| self.doc(text.as_deref().unwrap_or("")))
+            .collect())
+    }
+
     fn doc(&mut self, text: &str) -> Doc {
         let mut counts = vec![0u32; self.terms.len()];
         let mut length = 0u32;
@@ -334,10 +343,7 @@ pub(crate) async fn search_text(
             .await
             .map_err(|e| Error::from_datafusion("reading generations", e))?
         {
-            let docs: Vec<Doc> = texts(&batch, &declared.column)?
-                .into_iter()
-                .map(|text| analyzer.doc(text.as_deref().unwrap_or("")))
-                .collect();
+            let docs = analyzer.docs(&batch, &declared.column)?;
             for doc in &docs {
                 stats.add(doc);
             }
@@ -356,10 +362,7 @@ pub(crate) async fn search_text(
                 .await
                 .map_err(|e| Error::from_datafusion("reading generations", e))?
             {
-                let docs: Vec<Doc> = texts(&batch, &declared.column)?
-                    .into_iter()
-                    .map(|text| analyzer.doc(text.as_deref().unwrap_or("")))
-                    .collect();
+                let docs = analyzer.docs(&batch, &declared.column)?;
                 keep(&mut fresh_rows, &batch, docs)?;
             }
         }
