@@ -255,6 +255,28 @@ async fn base_stats(
     Ok(Some(stats))
 }
 
+/// The unmerged rows `scanner` reads: `columns`, those `filter` keeps.
+async fn fresh_batches<S: AsRef<str>>(
+    scanner: LsmScanner,
+    columns: &[S],
+    filter: Option<&Expr>,
+) -> Result<Vec<RecordBatch>> {
+    let columns: Vec<&str> = columns.iter().map(AsRef::as_ref).collect();
+    let mut scanner = scanner
+        .project(&columns)
+        .map_err(|e| Error::from_lance("projecting", None, e))?;
+    if let Some(expr) = filter {
+        scanner = scanner.filter_expr(expr.clone());
+    }
+    scanner
+        .try_into_stream()
+        .await
+        .ctx("reading generations")?
+        .try_collect()
+        .await
+        .map_err(|e| Error::from_datafusion("reading generations", e))
+}
+
 /// The rows best matching `query.query` in a declared text column, by BM25,
 /// with a `_score` column, best first (ties by key). See the module docs for
 /// how the two tiers' scores are made one.
@@ -333,16 +355,7 @@ pub(crate) async fn search_text(
         } else {
             vec![schemas.key.clone(), declared.column.clone()]
         };
-        let projection: Vec<&str> = stats_columns.iter().map(String::as_str).collect();
-        let scanner = fresh_scanner()
-            .project(&projection)
-            .map_err(|e| Error::from_lance("projecting", None, e))?;
-        let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
-        while let Some(batch) = stream
-            .try_next()
-            .await
-            .map_err(|e| Error::from_datafusion("reading generations", e))?
-        {
+        for batch in fresh_batches(fresh_scanner(), &stats_columns, None).await? {
             let docs = analyzer.docs(&batch, &declared.column)?;
             for doc in &docs {
                 stats.add(doc);
@@ -352,16 +365,7 @@ pub(crate) async fn search_text(
             }
         }
         if let Some(expr) = &filter {
-            let scanner = fresh_scanner()
-                .project(&columns)
-                .map_err(|e| Error::from_lance("projecting", None, e))?
-                .filter_expr(expr.clone());
-            let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
-            while let Some(batch) = stream
-                .try_next()
-                .await
-                .map_err(|e| Error::from_datafusion("reading generations", e))?
-            {
+            for batch in fresh_batches(fresh_scanner(), &columns, Some(expr)).await? {
                 let docs = analyzer.docs(&batch, &declared.column)?;
                 keep(&mut fresh_rows, &batch, docs)?;
             }
