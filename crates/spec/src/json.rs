@@ -5,8 +5,15 @@ use std::str::FromStr;
 use crate::error::{SpecErrors, SpecProblem};
 use crate::spec::{Capability, Metric, SchemaSpec};
 
+/// The name a spec parsed from the previous implementation's declaration
+/// gets.
+pub const PREVIOUS_FORM_NAME: &str = "generic";
+
 impl SchemaSpec {
-    /// Parse the JSON form. Syntax errors name the line and column; an
+    /// Parse the JSON form, or the previous implementation's GenericStore
+    /// declaration (a mapping of column to type; see
+    /// [`SchemaSpec::from_previous`]), which gets the name
+    /// [`PREVIOUS_FORM_NAME`]. Syntax errors name the line and column; an
     /// unknown metric or capability names its field (`vectors[0].metric`,
     /// `capabilities[1]`), every one of them.
     pub fn from_json(text: &str) -> Result<Self, SpecErrors> {
@@ -18,6 +25,9 @@ impl SchemaSpec {
             }],
         };
         let value: serde_json::Value = serde_json::from_str(text).map_err(syntax)?;
+        if crate::previous::is_previous_form(&value) {
+            return Self::from_previous(PREVIOUS_FORM_NAME, text);
+        }
         let mut problems = Vec::new();
         let strings = |key: &str| -> Vec<(usize, Option<&str>)> {
             value

@@ -31,6 +31,10 @@
 //! }
 //! ```
 //!
+//! The previous implementation's GenericStore declaration (a mapping of
+//! column to `"string"`, `"float32"`, `{"type": "vector", "dim": 4}`, …) is
+//! read as it is: see [`SchemaSpec::from_previous`].
+//!
 //! `type` is Arrow's own type syntax (what `DataType`'s `Display` prints and
 //! its parser reads): see [`SUPPORTED_TYPES`]. `nullable` defaults to true;
 //! the key column is tagged as the primary key by the host.
@@ -38,6 +42,7 @@
 mod check;
 mod error;
 mod json;
+mod previous;
 mod query;
 mod spec;
 #[cfg(test)]
@@ -45,5 +50,7 @@ mod tests;
 
 pub use check::{KeyRule, fixed_width_bytes};
 pub use error::{SpecErrors, SpecProblem, UnknownValue};
+pub use json::PREVIOUS_FORM_NAME;
+pub use previous::{BLOB_FIELD_METADATA, PREVIOUS_SPEC_METADATA, is_previous_form};
 pub use query::{BindError, QuerySpec};
 pub use spec::*;

@@ -388,3 +388,84 @@ fn documented_type_spellings_parse() {
         assert!(with_type(text).is_ok(), "{text}: {:?}", with_type(text));
     }
 }
+
+#[test]
+fn the_previous_generic_store_declaration_reads_as_it_is() {
+    // As a user passes it to GenericStore.open(uri, schema=...).
+    let mapping = r#"{
+        "id": {"type": "string", "nullable": false},
+        "user": "string",
+        "notes": {"type": "string", "large": true},
+        "score": "float32",
+        "turns": "int64",
+        "ok": "bool",
+        "at": "timestamp",
+        "tags": {"type": "list", "item": {"type": "string"}},
+        "vec": {"type": "vector", "dim": 4, "metric": "cosine"},
+        "plain": {"type": "vector", "dim": 2},
+        "raw": {"type": "binary", "blob": true}
+    }"#;
+    let spec = SchemaSpec::from_json(mapping).expect("the previous form parses");
+    assert_eq!(spec.name, PREVIOUS_FORM_NAME);
+    assert_eq!(spec.key, "id");
+    let types: Vec<(&str, &str, bool)> = spec
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.data_type.as_str(), c.nullable))
+        .collect();
+    assert_eq!(
+        types,
+        vec![
+            ("id", "Utf8", false),
+            ("user", "Utf8", true),
+            ("notes", "LargeUtf8", true),
+            ("score", "Float32", true),
+            ("turns", "Int64", true),
+            ("ok", "Boolean", true),
+            ("at", "Timestamp(µs)", true),
+            ("tags", "List(Utf8)", true),
+            ("vec", "FixedSizeList(4 x Float32)", true),
+            ("plain", "FixedSizeList(2 x Float32)", true),
+            ("raw", "LargeBinary", true),
+        ]
+    );
+    assert_eq!(spec.blob_columns, vec!["raw".to_string()]);
+    assert_eq!(
+        spec.columns[10]
+            .metadata
+            .get(BLOB_FIELD_METADATA)
+            .map(String::as_str),
+        Some("true")
+    );
+    let metrics: Vec<(&str, i64, Metric)> = spec
+        .vectors
+        .iter()
+        .map(|v| (v.column.as_str(), v.dimension, v.metric))
+        .collect();
+    assert_eq!(
+        metrics,
+        vec![("vec", 4, Metric::Cosine), ("plain", 2, Metric::L2)]
+    );
+    spec.check(KeyRule::IdOnly).expect("a valid spec");
+
+    // The form the previous store recorded in its dataset's metadata.
+    let recorded = r#"{"columns":[["id",{"type":"string","large":false,"nullable":false}],["user",{"type":"string","large":false,"nullable":true}],["score",{"type":"float32","nullable":true}],["tags",{"type":"list","item":{"type":"string","large":false},"nullable":true}],["vec",{"type":"vector","dim":4,"metric":null,"nullable":true}]]}"#;
+    let spec = SchemaSpec::from_json(recorded).expect("the recorded form parses");
+    assert_eq!(spec.columns.len(), 5);
+    assert_eq!(spec.columns[3].data_type, "List(Utf8)");
+    assert_eq!(spec.vectors[0].metric, Metric::L2);
+
+    // Every bad column is named.
+    let bad = r#"{"id": {"type": "string", "nullable": false}, "a": "float16", "b": {"type": "vector"}, "c": {"type": "list"}}"#;
+    let errors = SchemaSpec::from_json(bad).unwrap_err();
+    let fields: Vec<&str> = errors.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, vec!["a", "b", "c"], "{errors}");
+    assert!(
+        errors.to_string().contains("unknown type 'float16'"),
+        "{errors}"
+    );
+
+    // This host's own form is not mistaken for it.
+    let own = r#"{"name": "n", "key": "id", "columns": [{"name": "id", "type": "Utf8", "nullable": false}]}"#;
+    assert_eq!(SchemaSpec::from_json(own).unwrap().name, "n");
+}
