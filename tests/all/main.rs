@@ -4,6 +4,7 @@
 
 mod support;
 
+mod adopt;
 mod authoring;
 mod cli;
 mod crash;

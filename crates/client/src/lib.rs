@@ -110,6 +110,110 @@ impl CreateStore {
     }
 }
 
+/// `POST /api/v1/stores/{name}/adopt`: register an existing dataset (one
+/// the previous implementation or plain Lance wrote) as a store. Give at
+/// most one of `plugin`, `plugin_wasm_base64`, `spec`; none infers the
+/// schema from the dataset.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AdoptStore {
+    /// The dataset's location: inside a prefix the server allows (`serve
+    /// --allow-uri-prefix`), reaching no other store's data, else 400.
+    pub uri: String,
+    /// A built-in plugin: `rollout`, `context` or `datagen`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// A plugin component's bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_wasm_base64: Option<String>,
+    /// A SchemaSpec, or the previous GenericStore's schema mapping as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub spec: Option<Value>,
+    /// Creation parameters for the plugin, by name (JSON values).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub params: BTreeMap<String, Value>,
+    /// Report only: nothing registered, replayed or written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl AdoptStore {
+    /// Adopt the dataset at `uri`, inferring its schema.
+    pub fn new(uri: &str) -> Self {
+        Self {
+            uri: uri.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// What an adoption found and did (also in a refusal's
+/// `details.adopt_report`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Adopted {
+    /// The store name.
+    pub store: String,
+    /// The dataset's location.
+    pub uri: String,
+    /// The schema's source: `builtin:<name>`, `spec` or `file:<label>`.
+    pub plugin: String,
+    /// Why this schema, when it was inferred.
+    pub inferred_from: Option<String>,
+    /// The plugin's creation parameters, `[name, json]` pairs.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Vec<String>>))]
+    pub params: Vec<(String, String)>,
+    /// Every column of either side.
+    pub columns: Vec<AdoptedColumn>,
+    /// No column conflicts.
+    pub compatible: bool,
+    /// The old writers' shards and their unmerged generations.
+    pub shards: Vec<AdoptedShard>,
+    /// Rows a read showed before.
+    pub rows_before: u64,
+    /// Rows a read shows after (absent on a dry run).
+    pub rows_after: Option<u64>,
+    /// Old generations merged into the base table.
+    pub generations_merged: u64,
+    /// Superseded records given their back-link (to be, on a dry run).
+    pub supersession_links: u64,
+    /// The store was registered.
+    pub registered: bool,
+    /// A dry run.
+    pub dry_run: bool,
+}
+
+/// One column of an adoption's comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AdoptedColumn {
+    /// The column.
+    pub column: String,
+    /// Its type in the dataset (absent: not there), `… not null` when required.
+    pub dataset: Option<String>,
+    /// Its type in the plugin's declaration (absent: not declared).
+    pub plugin: Option<String>,
+    /// `same`, `missing_nullable`, `extra` (compatible), or `missing_required`,
+    /// `extra_required`, `type_conflict`, `nullability_conflict`,
+    /// `key_not_tagged` (conflicts).
+    pub verdict: String,
+    /// What it means.
+    pub note: String,
+}
+
+/// A MemWAL shard of an adopted dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AdoptedShard {
+    /// The shard id.
+    pub shard: String,
+    /// Its generations not merged into the base table.
+    pub unmerged_generations: u64,
+}
+
 /// A store: its registry entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -813,6 +917,13 @@ impl Client {
     /// Create a store.
     pub async fn create_store(&self, create: &CreateStore) -> Result<StoreInfo> {
         self.send(self.http.post(self.url("/stores")).json(create))
+            .await
+    }
+
+    /// Adopt an existing dataset as store `name` (admin): a refusal is
+    /// [`ClientError::Api`] with the report in `details.adopt_report`.
+    pub async fn adopt(&self, name: &str, request: &AdoptStore) -> Result<Adopted> {
+        self.send(self.http.post(self.store(name, "/adopt")).json(request))
             .await
     }
 

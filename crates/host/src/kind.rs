@@ -177,6 +177,8 @@ impl RegistryError {
             | Self::MissingStorageOptions { .. }
             | Self::UriNotEmpty { .. }
             | Self::UpgradeRefused { .. }
+            | Self::AdoptRefused { .. }
+            | Self::CannotInfer { .. }
             | Self::UnsafeUri { .. }
             | Self::InvalidUri(_)
             | Self::UriRefused { .. }

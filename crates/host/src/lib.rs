@@ -40,9 +40,10 @@ pub use plugin::{
 pub use probe::{ProbeCheck, ProbeLevel, ProbeReport, probe};
 pub use query::{QueryError, default_projection, named_request};
 pub use registry::{
-    BUILTIN_PLUGINS, CreateOptions, DropReport, EntryState, PluginPin, RESERVED_NAMES, Registry,
-    RegistryError, SchemaSource, StoreEntry, UpgradeReport, UriConflict, check_name,
-    check_uri_allowed, store_config,
+    AdoptOptions, AdoptReport, BUILTIN_PLUGINS, ColumnReport, ColumnVerdict, CreateOptions,
+    DropReport, EntryState, PluginPin, RESERVED_NAMES, Registry, RegistryError, SchemaSource,
+    ShardReport, StoreEntry, UpgradeReport, UriConflict, check_name, check_uri_allowed,
+    store_config,
 };
 pub use reports::{compaction_report, merge_report, store_status};
 pub use server::{Role, Server, ServerConfig, ServerError, Token, TokensFile};

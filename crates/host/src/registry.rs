@@ -38,6 +38,10 @@ use lance_context_store::{
 };
 use serde::{Deserialize, Serialize};
 
+mod adopt;
+
+pub use adopt::{AdoptOptions, AdoptReport, ColumnReport, ColumnVerdict, ShardReport};
+
 use crate::named::NamedStore;
 use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime};
 use crate::spec::{Capability, KeyRule, SchemaSpec, SpecErrors};
@@ -208,6 +212,28 @@ pub enum RegistryError {
         uri: String,
         /// The allowed prefixes.
         allowed: Vec<String>,
+    },
+    /// The dataset to adopt conflicts with the plugin's declaration: the
+    /// report names every column and why (nothing was registered).
+    #[error(
+        "store '{name}': the dataset at {} cannot be adopted with {}: {}",
+        report.uri,
+        report.plugin,
+        report.conflicts().join("; ")
+    )]
+    AdoptRefused {
+        /// The store name.
+        name: String,
+        /// The whole comparison.
+        report: Box<AdoptReport>,
+    },
+    /// No schema was given for an adoption and none could be inferred.
+    #[error("cannot tell the schema of the dataset at {uri}: {reason}; give --plugin or --spec")]
+    CannotInfer {
+        /// The dataset's location.
+        uri: String,
+        /// Why.
+        reason: String,
     },
     /// Drop refused to delete a location that is not (only) this store's data.
     #[error("store '{name}': refusing to delete {uri}: {reason}")]
@@ -719,83 +745,17 @@ impl Registry {
                 .into_owned()
         });
         self.check_new_location(name, &uri)?;
-        // (bytes, describe params, pinned source, label for errors, key rule)
-        let (bytes, params, source, label, key_rule) = match &options.source {
-            SchemaSource::Builtin(plugin) => {
-                if !BUILTIN_PLUGINS.contains(&plugin.as_str()) {
-                    return Err(RegistryError::UnknownPlugin {
-                        name: plugin.clone(),
-                    });
-                }
-                let bytes = crate::builtin_plugin_bytes(plugin)
-                    .ok_or_else(|| RegistryError::UnknownPlugin {
-                        name: plugin.clone(),
-                    })?
-                    .to_vec();
-                (
-                    bytes,
-                    options.params.clone(),
-                    format!("builtin:{plugin}"),
-                    plugin.clone(),
-                    KeyRule::Builtin,
-                )
-            }
-            SchemaSource::Plugin { label, bytes } => (
-                bytes.clone(),
-                options.params.clone(),
-                format!("file:{label}"),
-                label.clone(),
-                KeyRule::IdOnly,
-            ),
-            SchemaSource::Spec(spec) => {
-                // Every problem, with field names, before anything runs.
-                spec.check(KeyRule::IdOnly)?;
-                if let Some((param, _)) = options.params.first() {
-                    return Err(PluginError::InvalidParams {
-                        plugin: "spec".into(),
-                        message: format!(
-                            "a store from a spec takes no parameters (got '{param}'); put everything in the spec"
-                        ),
-                    }
-                    .into());
-                }
-                let bytes = crate::builtin_plugin_bytes("spec-plugin")
-                    .ok_or_else(|| RegistryError::UnknownPlugin {
-                        name: "spec-plugin".into(),
-                    })?
-                    .to_vec();
-                (
-                    bytes,
-                    vec![("spec".to_string(), spec.to_json())],
-                    "spec".to_string(),
-                    spec.name.clone(),
-                    KeyRule::IdOnly,
-                )
-            }
-        };
-        // On the runtime's loaders: a slow compile or describe holds no
-        // async worker (and nothing another store needs).
-        let plugin = self
-            .runtime
-            .load_async(&label, bytes.clone(), params.clone())
+        let resolved = resolve_source(&options.source, &options.params)?;
+        let (plugin, probe_warnings) = self
+            .load_and_probe(&resolved, &options.source, options.probe_samples.clone())
             .await?;
         let declared = plugin.declaration().clone();
-        // Loading checked the built-in key rule; user schemas key by `id`.
-        if key_rule == KeyRule::IdOnly {
-            declared.spec.check(key_rule)?;
-        }
-        // Run the plugin on generated records before pinning it: a broken
-        // transform fails here, not on the store's first add.
-        let samples = options
-            .probe_samples
-            .clone()
-            .or_else(|| match &options.source {
-                SchemaSource::Builtin(name) => {
-                    crate::builtin_samples(name).map(|s| s.as_bytes().to_vec())
-                }
-                _ => None,
-            });
-        let probe_warnings = probe_before_pin(&plugin, &label, samples).await?;
+        let Resolved {
+            bytes,
+            params,
+            source,
+            ..
+        } = resolved;
 
         let mut keys: Vec<String> = options.storage_options.keys().cloned().collect();
         keys.sort();
@@ -1233,6 +1193,111 @@ impl Registry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
+    }
+}
+
+/// A schema source made concrete: the component's bytes, the parameters
+/// its `describe` gets, the pin's source, the label naming it in errors, and
+/// the key rule its declaration is held to.
+pub(crate) struct Resolved {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) params: Vec<(String, String)>,
+    pub(crate) source: String,
+    pub(crate) label: String,
+    pub(crate) key_rule: KeyRule,
+}
+
+/// The component and parameters of `source` (a spec is checked here, every
+/// problem with its field, before anything runs).
+pub(crate) fn resolve_source(
+    source: &SchemaSource,
+    params: &[(String, String)],
+) -> Result<Resolved> {
+    Ok(match source {
+        SchemaSource::Builtin(plugin) => {
+            if !BUILTIN_PLUGINS.contains(&plugin.as_str()) {
+                return Err(RegistryError::UnknownPlugin {
+                    name: plugin.clone(),
+                });
+            }
+            let bytes = crate::builtin_plugin_bytes(plugin)
+                .ok_or_else(|| RegistryError::UnknownPlugin {
+                    name: plugin.clone(),
+                })?
+                .to_vec();
+            Resolved {
+                bytes,
+                params: params.to_vec(),
+                source: format!("builtin:{plugin}"),
+                label: plugin.clone(),
+                key_rule: KeyRule::Builtin,
+            }
+        }
+        SchemaSource::Plugin { label, bytes } => Resolved {
+            bytes: bytes.clone(),
+            params: params.to_vec(),
+            source: format!("file:{label}"),
+            label: label.clone(),
+            key_rule: KeyRule::IdOnly,
+        },
+        SchemaSource::Spec(spec) => {
+            spec.check(KeyRule::IdOnly)?;
+            if let Some((param, _)) = params.first() {
+                return Err(PluginError::InvalidParams {
+                    plugin: "spec".into(),
+                    message: format!(
+                        "a store from a spec takes no parameters (got '{param}'); put everything in the spec"
+                    ),
+                }
+                .into());
+            }
+            let bytes = crate::builtin_plugin_bytes("spec-plugin")
+                .ok_or_else(|| RegistryError::UnknownPlugin {
+                    name: "spec-plugin".into(),
+                })?
+                .to_vec();
+            Resolved {
+                bytes,
+                params: vec![("spec".to_string(), spec.to_json())],
+                source: "spec".to_string(),
+                label: spec.name.clone(),
+                key_rule: KeyRule::IdOnly,
+            }
+        }
+    })
+}
+
+impl Registry {
+    /// Load `resolved` on the runtime's loaders (a slow compile or describe
+    /// holds no async worker), check its declaration, and probe it on
+    /// generated records (a broken transform fails here, not on the store's
+    /// first add): the plugin and the probe's warnings.
+    pub(crate) async fn load_and_probe(
+        &self,
+        resolved: &Resolved,
+        source: &SchemaSource,
+        samples: Option<Vec<u8>>,
+    ) -> Result<(LoadedPlugin, Vec<String>)> {
+        let plugin = self
+            .runtime
+            .load_async(
+                &resolved.label,
+                resolved.bytes.clone(),
+                resolved.params.clone(),
+            )
+            .await?;
+        // Loading checked the built-in key rule; user schemas key by `id`.
+        if resolved.key_rule == KeyRule::IdOnly {
+            plugin.declaration().spec.check(resolved.key_rule)?;
+        }
+        let samples = samples.or_else(|| match source {
+            SchemaSource::Builtin(name) => {
+                crate::builtin_samples(name).map(|s| s.as_bytes().to_vec())
+            }
+            _ => None,
+        });
+        let warnings = probe_before_pin(&plugin, &resolved.label, samples).await?;
+        Ok((plugin, warnings))
     }
 }
 

@@ -193,6 +193,17 @@ impl Store {
             .await
     }
 
+    /// The Arrow schema of the dataset at `config.uri` (latest version), with
+    /// its schema and field metadata — what a dataset written elsewhere
+    /// declares, read before any key or schema is known (nothing is
+    /// claimed or written). [`Error::NotFound`] if there is none.
+    pub async fn dataset_schema(config: &StoreConfig) -> Result<SchemaRef> {
+        let dataset = Opener::new(&config.uri, &config.storage_options)
+            .open()
+            .await?;
+        Ok(Arc::new(Schema::from(dataset.schema())))
+    }
+
     /// Open the dataset, creating it first when it does not exist.
     pub async fn open_or_create(config: StoreConfig) -> Result<Self> {
         match Self::open(config.clone()).await {

@@ -95,6 +95,13 @@ impl ApiError {
                 e.details = json!({"record": row, "column": problem.column()});
                 break;
             }
+            // An adoption refused: the whole column-by-column report.
+            if let Some(crate::RegistryError::AdoptRefused { report, .. }) =
+                cause.downcast_ref::<crate::RegistryError>()
+            {
+                e.details = json!({ "adopt_report": report });
+                break;
+            }
             // Every refused record (the first listed in `record`/`column`).
             if let Some(PipelineError::InvalidRecords { problems, total }) =
                 cause.downcast_ref::<PipelineError>()

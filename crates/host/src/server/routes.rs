@@ -11,10 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
 use lance_context_client::{
-    Added, CompactionReport, CreateStore, Deleted, Dropped, ErrorBody, GetMany, IndexRequest,
-    Indexed, ListParams, MergeReport, Page, Patched, PluginInfo, QueryRequest, QueryResult,
-    Records, RetrieveRequest, SearchRequest, StoreInfo, StoreList, StoreStatus, UpsertParams,
-    UpsertResult, Upserted,
+    Added, AdoptStore, Adopted, CompactionReport, CreateStore, Deleted, Dropped, ErrorBody,
+    GetMany, IndexRequest, Indexed, ListParams, MergeReport, Page, Patched, PluginInfo,
+    QueryRequest, QueryResult, Records, RetrieveRequest, SearchRequest, StoreInfo, StoreList,
+    StoreStatus, UpsertParams, UpsertResult, Upserted,
 };
 use lance_context_store::{PatchTarget, ScanRequest, SortKey};
 use serde_json::{Value, json};
@@ -75,6 +75,7 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(ready))
         .routes(routes!(list_stores, create_store))
         .routes(routes!(describe_store, drop_store))
+        .routes(routes!(adopt_store))
         .routes(routes!(list_records, add_records))
         .routes(routes!(get_record, delete_record, patch_record))
         .routes(routes!(lookup))
@@ -495,43 +496,18 @@ async fn create_store(
         Some(&create.name),
         Role::Admin,
     )?;
-    if let Some(uri) = &create.uri
-        && !uri.contains("://")
-        && !std::path::Path::new(uri).is_absolute()
-    {
-        return Err(ApiError::invalid(format!(
-            "uri '{uri}': give an absolute path or a URL (a store without uri goes under the data root)"
-        )));
-    }
-    // A caller of the API goes only where the operator allows (the
-    // registry then keeps it off every other store's data).
+    // A caller of the API goes only where the operator allows.
     if let Some(uri) = &create.uri {
-        let allowed = state.config.uri_prefixes(state.registry.root());
-        crate::check_uri_allowed(uri, &allowed)?;
+        check_request_uri(&state, uri)?;
     }
-    let source = match (create.plugin, create.plugin_wasm_base64, create.spec) {
-        (Some(p), None, None) => SchemaSource::Builtin(p),
-        (None, Some(b64), None) => SchemaSource::Plugin {
-            label: format!("{}.wasm", create.name),
-            bytes: tokio::task::spawn_blocking(move || {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64.as_bytes())
-                    .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))
-            })
-            .await
-            .map_err(|e| {
-                ApiError::of_kind(ErrorKind::Internal, format!("decoding the plugin: {e}"))
-            })??,
-        },
-        (None, None, Some(spec)) => {
-            SchemaSource::Spec(SchemaSpec::from_json(&spec.to_string()).map_err(ApiError::from)?)
-        }
-        _ => {
-            return Err(ApiError::invalid(
-                "give exactly one of plugin, plugin_wasm_base64, spec",
-            ));
-        }
-    };
+    let source = schema_source(
+        &create.name,
+        create.plugin,
+        create.plugin_wasm_base64,
+        create.spec,
+    )
+    .await?
+    .ok_or_else(|| ApiError::invalid("give exactly one of plugin, plugin_wasm_base64, spec"))?;
     let mut options = CreateOptions::new(source);
     options.params = create
         .params
@@ -550,6 +526,93 @@ async fn create_store(
     }))));
     state.stores.lock().await.insert(create.name.clone(), cell);
     Ok((StatusCode::CREATED, Json(info(entry))).into_response())
+}
+
+/// The schema source of a create or adopt body: at most one of a built-in
+/// plugin, a component (base64, decoded off the async workers), a spec;
+/// `None` when none is given.
+async fn schema_source(
+    name: &str,
+    plugin: Option<String>,
+    plugin_wasm_base64: Option<String>,
+    spec: Option<serde_json::Value>,
+) -> Result<Option<SchemaSource>, ApiError> {
+    Ok(match (plugin, plugin_wasm_base64, spec) {
+        (None, None, None) => None,
+        (Some(p), None, None) => Some(SchemaSource::Builtin(p)),
+        (None, Some(b64), None) => Some(SchemaSource::Plugin {
+            label: format!("{name}.wasm"),
+            bytes: tokio::task::spawn_blocking(move || {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.as_bytes())
+                    .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))
+            })
+            .await
+            .map_err(|e| {
+                ApiError::of_kind(ErrorKind::Internal, format!("decoding the plugin: {e}"))
+            })??,
+        }),
+        (None, None, Some(spec)) => Some(SchemaSource::Spec(
+            SchemaSpec::from_json(&spec.to_string()).map_err(ApiError::from)?,
+        )),
+        _ => {
+            return Err(ApiError::invalid(
+                "give exactly one of plugin, plugin_wasm_base64, spec",
+            ));
+        }
+    })
+}
+
+/// A uri from a request: absolute, and inside the prefixes the operator
+/// allows (the registry then keeps it off every other store's data).
+fn check_request_uri(state: &Shared, uri: &str) -> Result<(), ApiError> {
+    if !uri.contains("://") && !std::path::Path::new(uri).is_absolute() {
+        return Err(ApiError::invalid(format!(
+            "uri '{uri}': give an absolute path or a URL (a store without uri goes under the data root)"
+        )));
+    }
+    let allowed = state.config.uri_prefixes(state.registry.root());
+    crate::check_uri_allowed(uri, &allowed)?;
+    Ok(())
+}
+
+#[utoipa::path(post, path = "/api/v1/stores/{name}/adopt", tag = "stores", params(("name" = String, Path, description = "the store's new name")), request_body = AdoptStore, responses((status = 201, description = "adopted and registered", body = Adopted), (status = 200, description = "a dry run's report", body = Adopted), (status = 409, description = "exists", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
+async fn adopt_store(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let bytes = read_body(&state, body).await?;
+    let adopt: AdoptStore = tokio::task::spawn_blocking(move || {
+        serde_json::from_slice::<AdoptStore>(&bytes)
+            .map_err(|e| ApiError::invalid(format!("the body: {e}")))
+    })
+    .await
+    .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("reading the body: {e}")))??;
+    check_request_uri(&state, &adopt.uri)?;
+    let source = schema_source(&name, adopt.plugin, adopt.plugin_wasm_base64, adopt.spec).await?;
+    let options = crate::AdoptOptions {
+        uri: adopt.uri,
+        source,
+        params: adopt
+            .params
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect(),
+        storage_options: state.config.storage_options.clone(),
+        dry_run: adopt.dry_run,
+    };
+    let report = state.registry.adopt(&name, options).await?;
+    let status = match report.registered {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
+    };
+    let body: Adopted = serde_json::to_value(&report)
+        .and_then(serde_json::from_value)
+        .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("the report: {e}")))?;
+    Ok((status, Json(body)).into_response())
 }
 
 #[utoipa::path(get, path = "/api/v1/stores/{name}", tag = "stores", params(("name" = String, Path, description = "the store")), responses((status = 200, body = StoreInfo)))]

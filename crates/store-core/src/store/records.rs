@@ -983,6 +983,98 @@ impl Store {
         Ok(())
     }
 
+    /// Records named by another row's `supersedes_id` that lack their
+    /// back-link (`superseded_by_id` null) — a dataset written by the
+    /// previous implementation, which hid a superseded record by scanning
+    /// every `supersedes_id` on each list: these reads hide it by the row's
+    /// own back-link. With `write`, each such record is rewritten with
+    /// `superseded_by_id` = its successor's key (the newest successor by
+    /// `created_at`, then key, when several name it), in one atomic write
+    /// per record, and its rows are the same otherwise. A deleted record (a
+    /// tombstone) and a self-reference are left alone. Returns the links
+    /// found (written, with `write`). No effect without supersession.
+    pub async fn link_superseded(&self, write: bool) -> Result<usize> {
+        if !self.capabilities.supersession {
+            return Ok(0);
+        }
+        let _guard = self.record_lock.lock().await;
+        let key = self.schemas.key.clone();
+        let has_created = self.schemas.logical.field_with_name(CREATED_AT).is_ok();
+        let mut projection = vec![key.clone(), SUPERSEDES.to_string()];
+        if has_created {
+            projection.push(CREATED_AT.to_string());
+        }
+        let successors = self
+            .scan(ScanRequest {
+                filter: Some(format!("{SUPERSEDES} IS NOT NULL")),
+                projection: Some(projection),
+                visibility: Visibility::all(),
+                ..ScanRequest::default()
+            })
+            .await?;
+        let keys = strings(&successors, &key);
+        let named = strings(&successors, SUPERSEDES);
+        let created: Vec<Option<i64>> = match successors.column_by_name(CREATED_AT) {
+            Some(c) => {
+                let c = arrow_cast::cast(c, &DataType::Int64)?;
+                let c = c.as_primitive::<arrow_array::types::Int64Type>();
+                (0..c.len())
+                    .map(|i| c.is_valid(i).then(|| c.value(i)))
+                    .collect()
+            }
+            None => vec![None; successors.num_rows()],
+        };
+        // target -> (created_at, successor key), the newest kept.
+        let mut newest: HashMap<String, (Option<i64>, String)> = HashMap::new();
+        for ((k, t), c) in keys.into_iter().zip(named).zip(created) {
+            let (Some(k), Some(t)) = (k, t) else { continue };
+            if k == t {
+                continue;
+            }
+            let candidate = (c, k);
+            match newest.get(&t) {
+                Some(held) if *held >= candidate => {}
+                _ => {
+                    newest.insert(t, candidate);
+                }
+            }
+        }
+        if newest.is_empty() {
+            return Ok(0);
+        }
+        let mut targets: Vec<&str> = newest.keys().map(String::as_str).collect();
+        targets.sort_unstable();
+        let found = self.lookup_any(&targets, None).await?;
+        let found_keys = strings(&found, &key);
+        let content = strings(&found, CONTENT_TYPE);
+        let successor = strings(&found, SUPERSEDED_BY);
+        let mut take = Vec::new();
+        let mut links = Vec::new();
+        for (i, k) in found_keys.iter().enumerate() {
+            let Some(k) = k else { continue };
+            if successor[i].is_some() || content[i].as_deref() == Some(TOMBSTONE_CONTENT_TYPE) {
+                continue;
+            }
+            if let Some((_, by)) = newest.get(k) {
+                take.push(i as u32);
+                links.push(Some(by.clone()));
+            }
+        }
+        let found_links = take.len();
+        if !write || found_links == 0 {
+            return Ok(found_links);
+        }
+        let indices = arrow_array::UInt32Array::from(take);
+        let old = arrow_select::take::take_record_batch(&found, &indices)?;
+        let at = old.schema().index_of(SUPERSEDED_BY)?;
+        let mut columns = old.columns().to_vec();
+        columns[at] = Arc::new(StringArray::from(links));
+        let linked = RecordBatch::try_new(old.schema(), columns)?;
+        let conformed = self.schemas.conform_for_write(&linked)?;
+        self.write_linked(Linked::unlinked(conformed)).await?;
+        Ok(found_links)
+    }
+
     /// Patch a record as a new version under a fresh key (UUIDv7):
     /// [`Self::patch_version`] then [`Self::add_new_versions`].
     pub async fn patch(

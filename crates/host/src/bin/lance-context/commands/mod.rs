@@ -1,5 +1,6 @@
 //! One module per command group (the binary's `main.rs` dispatches).
 
+pub mod adopt;
 pub mod bench;
 pub mod bench_plugins;
 pub mod bench_records;

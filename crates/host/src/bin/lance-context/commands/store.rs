@@ -50,6 +50,13 @@ pub struct StoreArgs {
 enum StoreCommand {
     /// Create a store from a built-in plugin, a plugin file or a spec file.
     Create(CreateCommand),
+    /// Register an existing dataset as a store — one written by the previous
+    /// implementation (lance-context 0.6.x: Context, RolloutStore,
+    /// DatagenStore, GenericStore) or by plain Lance: compares its columns
+    /// with the plugin's, and only when they fit registers it, replays what
+    /// the old writers left in the WAL and merges their generations (see
+    /// docs/migrating.md).
+    Adopt(super::adopt::AdoptCommand),
     /// List the stores.
     List,
     /// Print a store's registry entry: name, location, pinned plugin, spec.
@@ -241,8 +248,10 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     )?);
     // Only `create` makes a data root: any other command on a root that
     // holds no registry is a mistyped --root, said as such.
-    if !matches!(args.command, StoreCommand::Create(_))
-        && !args.root.join("registry/stores").is_dir()
+    if !matches!(
+        args.command,
+        StoreCommand::Create(_) | StoreCommand::Adopt(_)
+    ) && !args.root.join("registry/stores").is_dir()
     {
         return Err(lance_context_store::Error::NotFound {
             what: format!(
@@ -265,6 +274,7 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     };
     match args.command {
         StoreCommand::Create(c) => create(&registry, options, c, out).await,
+        StoreCommand::Adopt(c) => c.run(&registry, options, out).await,
         StoreCommand::List => {
             let entries: Vec<Listed> = registry
                 .list()?
@@ -639,6 +649,7 @@ async fn remote(
         ))
     };
     match command {
+        StoreCommand::Adopt(c) => c.remote(client, out).await,
         StoreCommand::Add(c) => {
             ensure_usage(!c.dry_run, || {
                 "--dry-run is not available with --server".into()
@@ -1240,7 +1251,7 @@ async fn refused_rows(
 
 /// A plugin file's label in its pin (`file:NAME`): the file's name, the
 /// same whatever directory it was given from.
-fn file_label(path: &str) -> String {
+pub(crate) fn file_label(path: &str) -> String {
     Path::new(path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -1,0 +1,191 @@
+//! `lance-context store adopt`: register an existing dataset (one the
+//! previous implementation wrote, or plain Lance) as a store.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use lance_context_host::spec::SchemaSpec;
+use lance_context_host::{AdoptOptions, AdoptReport, Registry, RegistryError, SchemaSource};
+
+use crate::args::parse_kv;
+use crate::output::Out;
+
+#[derive(Parser, Debug)]
+pub struct AdoptCommand {
+    /// The name the store gets.
+    pub name: String,
+    /// The existing dataset (a local path or s3://…).
+    #[arg(long)]
+    pub uri: String,
+    /// The schema: a built-in (rollout, context, datagen) or a .wasm plugin.
+    /// Default: inferred from the dataset (the previous GenericStore's
+    /// recorded declaration, or the columns of a built-in schema).
+    #[arg(long, conflicts_with = "spec")]
+    pub plugin: Option<String>,
+    /// A SchemaSpec JSON file — or the previous GenericStore's schema
+    /// mapping, as it is.
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Creation parameter `name=json` for the plugin; repeatable (default
+    /// for the context plugin: the dataset's embedding width, metric and
+    /// blob columns).
+    #[arg(long = "param", value_parser = parse_kv)]
+    pub params: Vec<(String, String)>,
+    /// Report what adoption would find (every column compared, the shards
+    /// and their unmerged generations, the rows) without registering,
+    /// replaying or writing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl AdoptCommand {
+    /// The schema source given, if any.
+    fn source(&self) -> Result<Option<SchemaSource>> {
+        Ok(match (&self.plugin, &self.spec) {
+            (_, Some(file)) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                Some(SchemaSource::Spec(SchemaSpec::from_json(&text)?))
+            }
+            (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
+                let bytes = std::fs::read(p).with_context(|| format!("reading {p}"))?;
+                Some(SchemaSource::Plugin {
+                    label: super::store::file_label(p),
+                    bytes,
+                })
+            }
+            (Some(p), None) => Some(SchemaSource::Builtin(p.clone())),
+            (None, None) => None,
+        })
+    }
+
+    pub async fn run(
+        self,
+        registry: &Registry,
+        storage_options: HashMap<String, String>,
+        out: Out,
+    ) -> Result<()> {
+        let options = AdoptOptions {
+            uri: self.uri.clone(),
+            source: self.source()?,
+            params: self.params.clone(),
+            storage_options,
+            dry_run: self.dry_run,
+        };
+        match registry.adopt(&self.name, options).await {
+            Ok(report) => print(&report, &out),
+            Err(RegistryError::AdoptRefused { name, report }) => {
+                print(&report, &out)?;
+                Err(RegistryError::AdoptRefused { name, report }.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Through a server (`--server`): `POST /api/v1/stores/{name}/adopt`.
+    pub async fn remote(self, client: &lance_context_client::Client, out: Out) -> Result<()> {
+        let mut request = lance_context_client::AdoptStore::new(&self.uri);
+        match (&self.plugin, &self.spec) {
+            (_, Some(file)) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                request.spec = Some(
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not JSON", file.display()))?,
+                );
+            }
+            (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
+                use base64::Engine as _;
+                let bytes = std::fs::read(p).with_context(|| format!("reading {p}"))?;
+                request.plugin_wasm_base64 =
+                    Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            }
+            (Some(p), None) => request.plugin = Some(p.clone()),
+            (None, None) => {}
+        }
+        for (k, v) in &self.params {
+            let value = serde_json::from_str(v).unwrap_or(serde_json::Value::String(v.clone()));
+            request.params.insert(k.clone(), value);
+        }
+        request.dry_run = self.dry_run;
+        let report = client.adopt(&self.name, &request).await?;
+        let value = serde_json::to_value(&report)?;
+        let report: AdoptReport = serde_json::from_value(value)?;
+        print(&report, &out)
+    }
+}
+
+/// The report: one JSON object, or a table of the columns and a summary.
+fn print(report: &AdoptReport, out: &Out) -> Result<()> {
+    if out.json {
+        println!("{}", serde_json::to_string(report)?);
+        return Ok(());
+    }
+    let source = match &report.inferred_from {
+        Some(why) => format!("{} (inferred from {why})", report.plugin),
+        None => report.plugin.clone(),
+    };
+    println!(
+        "dataset {} as store '{}': {source}",
+        report.uri, report.store
+    );
+    if !report.params.is_empty() {
+        let params: Vec<String> = report
+            .params
+            .iter()
+            .filter(|(k, _)| k != "spec")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if !params.is_empty() {
+            println!("parameters: {}", params.join(" "));
+        }
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(["column", "dataset", "plugin", "verdict", "note"]);
+    for c in &report.columns {
+        table.add_row([
+            c.column.clone(),
+            c.dataset.clone().unwrap_or_else(|| "-".into()),
+            c.plugin.clone().unwrap_or_else(|| "-".into()),
+            serde_json::to_value(c.verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            if c.verdict == lance_context_host::ColumnVerdict::Same {
+                String::new()
+            } else {
+                c.note.clone()
+            },
+        ]);
+    }
+    println!("{table}");
+    if !report.compatible {
+        println!("not compatible: nothing was registered");
+        return Ok(());
+    }
+    for s in &report.shards {
+        println!(
+            "shard {}: {} unmerged generation(s)",
+            s.shard, s.unmerged_generations
+        );
+    }
+    match report.rows_after {
+        Some(after) => println!(
+            "rows: {} readable before, {after} after (WAL entries replayed); {} generation(s) merged into the base table; {} supersession link(s) written",
+            report.rows_before, report.generations_merged, report.supersession_links
+        ),
+        None => println!(
+            "rows readable now: {} (rows only in the WAL appear after adoption); supersession links to write: {}",
+            report.rows_before, report.supersession_links
+        ),
+    }
+    if report.registered {
+        println!("registered store '{}'", report.store);
+    } else {
+        println!("dry run: nothing registered, replayed or written");
+    }
+    Ok(())
+}
