@@ -706,3 +706,84 @@ async fn adoption_over_rest_is_for_admins_inside_the_allowed_prefixes() {
     drop(server);
     drop(dir);
 }
+
+/// The `sh` blocks of docs/migrating.md, in order, as a user would run them
+/// (each block one `sh -e` script; `$OLD` the old datasets, `lance-context`
+/// on the PATH); then what they were meant to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_of_the_migration_guide_runs() {
+    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/migrating.md");
+    let text = std::fs::read_to_string(&guide).unwrap();
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), l) => {
+                block.push_str(l);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(
+        blocks.len() >= 6,
+        "the guide's shell blocks: {}",
+        blocks.len()
+    );
+    let (dir, old) = copy_fixtures();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let bin_dir = cli_binary().parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for block in &blocks {
+        let out = std::process::Command::new("sh")
+            .args(["-e", "-c", block])
+            .current_dir(&work)
+            .env("OLD", &old)
+            .env("PATH", &path)
+            .env("LANCE_CONTEXT_CACHE_DIR", compile_cache())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{block}\n--- stdout\n{}\n--- stderr\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for (store, rows) in [
+        ("memories", expected("context").len()),
+        ("runs", expected("rollout").len()),
+        ("events", expected("datagen").len()),
+        ("tickets", expected("generic").len()),
+        ("tickets-copy", expected("generic").len()),
+    ] {
+        let (_, out, err) = cli(&work, &["--json", "store", "count", store], "");
+        assert_eq!(json_lines(&out)[0]["count"], json!(rows), "{store}: {err}");
+    }
+    let (_, out, _) = cli(
+        &work,
+        &[
+            "--json",
+            "store",
+            "get",
+            "tickets-copy",
+            "g065",
+            "--columns",
+            "id,raw,vec",
+        ],
+        "",
+    );
+    let copied = &json_lines(&out)[0];
+    assert_eq!(copied["raw"], "QUFB", "{copied}");
+    drop(dir);
+}
