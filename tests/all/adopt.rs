@@ -14,7 +14,7 @@ use crate::server::ServerProc;
 use crate::support::{base_table, cli, cli_binary, compile_cache};
 
 /// The fixtures written by the previous implementation.
-fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/previous/data")
 }
 
@@ -60,7 +60,7 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// What the previous implementation acknowledged for `store`.
-fn expected(store: &str) -> Vec<Value> {
+pub(crate) fn expected(store: &str) -> Vec<Value> {
     std::fs::read_to_string(fixtures().join(format!("expected/{store}.jsonl")))
         .unwrap()
         .lines()
@@ -68,7 +68,7 @@ fn expected(store: &str) -> Vec<Value> {
         .collect()
 }
 
-fn json_lines(text: &str) -> Vec<Value> {
+pub(crate) fn json_lines(text: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -102,7 +102,7 @@ fn key_of(store: &str) -> &'static str {
 /// Adopt `store` (a dry run first, which changes nothing), read back
 /// every acknowledged row, add one, merge, compact; the merged dataset
 /// read by plain Lance holds every key once.
-async fn adopt_and_check(store: &str, new_record: Value) {
+async fn adopt_and_check(store: &str, readable_before: usize, new_record: Value) {
     let (dir, old) = copy_fixtures();
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
@@ -136,6 +136,11 @@ async fn adopt_and_check(store: &str, new_record: Value) {
             .iter()
             .all(|c| c["verdict"] == "same"),
         "{store}: every column of the old schema is the plugin's: {report}"
+    );
+    assert_eq!(
+        report["rows_before"],
+        json!(readable_before),
+        "{store}: what a reader saw before (the WAL-only rows not yet): {report}"
     );
     assert_eq!(files(&uri), before, "{store}: a dry run writes nothing");
     let (_, listed, _) = cli(&root, &["--json", "store", "list"], "");
@@ -241,6 +246,7 @@ async fn adopt_and_check(store: &str, new_record: Value) {
 async fn a_generic_store_adopts_with_its_base_generation_and_wal_rows() {
     adopt_and_check(
         "generic",
+        60,
         json!({"id": "g-new", "user": "new", "score": 1.5, "vec": [1.0, 0.0, 0.0, 1.0]}),
     )
     .await;
@@ -250,6 +256,7 @@ async fn a_generic_store_adopts_with_its_base_generation_and_wal_rows() {
 async fn a_rollout_store_adopts_with_the_rows_only_its_wal_held() {
     adopt_and_check(
         "rollout",
+        45,
         json!({"id": "r-new", "rollout_id": "ro-d", "problem_id": "p9", "sequence_order": 0}),
     )
     .await;
@@ -259,6 +266,7 @@ async fn a_rollout_store_adopts_with_the_rows_only_its_wal_held() {
 async fn a_datagen_store_adopts_keyed_by_event_id() {
     adopt_and_check(
         "datagen",
+        12,
         json!({"event_id": "e-new", "item_id": "item-9", "root_item_id": "item-9",
                "item_seq": 1, "checkpoint_id": "item-9\u{0}created", "event_type": "ITEM_CREATED",
                "attempt": 0, "run_id": "run-2", "writer_epoch": "w", "status": "running",
@@ -271,6 +279,7 @@ async fn a_datagen_store_adopts_keyed_by_event_id() {
 async fn a_context_store_adopts_with_its_versions_and_deletes_honoured() {
     adopt_and_check(
         "context",
+        28,
         json!({"id": "c-new", "run_id": "r-new", "text_payload": "a note after adoption",
                "external_id": "ext-new"}),
     )
@@ -392,6 +401,29 @@ async fn adopted_stores_keep_the_old_semantics_and_answer_named_queries() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(json_lines(&out).len(), 4, "{out}");
 
+    // A vector index over the adopted embeddings, and a search through it.
+    let (code, _, err) = cli(&root, &["--json", "store", "index", "context"], "");
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(
+        &root,
+        &[
+            "--json",
+            "store",
+            "search",
+            "context",
+            "--column",
+            "embedding",
+            "--vector",
+            "[3, 1, 0, 0, 0, 0, 0, 2]",
+            "--k",
+            "3",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let hits = json_lines(&out);
+    assert_eq!(hits.len(), 3, "{out}");
+    assert_eq!(hits[0]["external_id"], "ext-2-3", "the nearest: {out}");
     // The rollout rows only the old WAL held, in trajectory order.
     let (code, out, err) = cli(
         &root,
@@ -707,11 +739,8 @@ async fn adoption_over_rest_is_for_admins_inside_the_allowed_prefixes() {
     drop(dir);
 }
 
-/// The `sh` blocks of docs/migrating.md, in order, as a user would run them
-/// (each block one `sh -e` script; `$OLD` the old datasets, `lance-context`
-/// on the PATH); then what they were meant to do.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_command_of_the_migration_guide_runs() {
+/// The `sh` blocks of docs/migrating.md, in order.
+pub(crate) fn guide_blocks() -> Vec<String> {
     let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/migrating.md");
     let text = std::fs::read_to_string(&guide).unwrap();
     let mut blocks = Vec::new();
@@ -730,6 +759,44 @@ async fn every_command_of_the_migration_guide_runs() {
             (None, _) => {}
         }
     }
+    blocks
+}
+
+/// Run a guide block as a user would: one `sh -e` script in `work`, with
+/// `lance-context` on the PATH and `env` set.
+pub(crate) fn run_block(block: &str, work: &Path, env: &[(&str, String)]) {
+    let bin_dir = cli_binary().parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-e", "-c", block])
+        .current_dir(work)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("PATH", &path)
+        .env("LANCE_CONTEXT_CACHE_DIR", compile_cache())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{block}\n--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `sh` blocks of docs/migrating.md, in order, as a user would run them
+/// (`$OLD` the old datasets; the object-store block, which names `$OLD_S3`,
+/// runs in `storage_options::an_adoption_reaches_the_object_store`); then
+/// what they were meant to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_of_the_migration_guide_runs() {
+    let blocks: Vec<String> = guide_blocks()
+        .into_iter()
+        .filter(|b| !b.contains("$OLD_S3"))
+        .collect();
     assert!(
         blocks.len() >= 6,
         "the guide's shell blocks: {}",
@@ -738,27 +805,8 @@ async fn every_command_of_the_migration_guide_runs() {
     let (dir, old) = copy_fixtures();
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    let bin_dir = cli_binary().parent().unwrap().to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     for block in &blocks {
-        let out = std::process::Command::new("sh")
-            .args(["-e", "-c", block])
-            .current_dir(&work)
-            .env("OLD", &old)
-            .env("PATH", &path)
-            .env("LANCE_CONTEXT_CACHE_DIR", compile_cache())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{block}\n--- stdout\n{}\n--- stderr\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_block(block, &work, &[("OLD", old.display().to_string())]);
     }
     for (store, rows) in [
         ("memories", expected("context").len()),

@@ -293,3 +293,93 @@ async fn racing_commits_on_the_object_store_lose_nothing() {
         "{status:?}"
     );
 }
+
+/// Upload every file under `dir` to `s3://bucket/prefix/…` (moto takes
+/// unsigned requests).
+fn upload_dir(port: u16, bucket: &str, prefix: &str, dir: &std::path::Path) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let key = path
+                .strip_prefix(dir)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string();
+            let body = std::fs::read(&path).unwrap();
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write!(
+                stream,
+                "PUT /{bucket}/{prefix}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .unwrap();
+            stream.write_all(&body).unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).unwrap();
+            assert!(response.starts_with("HTTP/1.1 200"), "{key}: {response}");
+        }
+    }
+}
+
+/// The migration guide's object-store block: the previous implementation's
+/// datasets on an S3-compatible server, adopted with storage options (the
+/// WAL replay and merge go through them too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adoption_reaches_the_object_store() {
+    let server = start_s3();
+    create_bucket(server.port, "lc-old");
+    upload_dir(server.port, "lc-old", "old", &crate::adopt::fixtures());
+    let blocks: Vec<String> = crate::adopt::guide_blocks()
+        .into_iter()
+        .filter(|b| b.contains("$OLD_S3"))
+        .collect();
+    assert_eq!(blocks.len(), 1);
+    let work = tempfile::tempdir().unwrap();
+    let env = [
+        ("OLD_S3", "s3://lc-old/old".to_string()),
+        ("AWS_ACCESS_KEY_ID", "testing".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
+        ("AWS_REGION", "us-east-1".to_string()),
+        (
+            "S3_EXTRA",
+            format!(
+                "--storage-option aws_endpoint=http://127.0.0.1:{} --storage-option allow_http=true --storage-option aws_virtual_hosted_style_request=false",
+                server.port
+            ),
+        ),
+    ];
+    crate::adopt::run_block(&blocks[0], work.path(), &env);
+    let (code, out, err) = cli(
+        work.path(),
+        &[
+            "--json",
+            "store",
+            "count",
+            "memories-s3",
+            "--storage-option",
+            &format!("aws_endpoint=http://127.0.0.1:{}", server.port),
+            "--storage-option",
+            "aws_access_key_id=testing",
+            "--storage-option",
+            "aws_secret_access_key=testing",
+            "--storage-option",
+            "aws_region=us-east-1",
+            "--storage-option",
+            "allow_http=true",
+            "--storage-option",
+            "aws_virtual_hosted_style_request=false",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        crate::adopt::json_lines(&out)[0]["count"],
+        serde_json::json!(crate::adopt::expected("context").len())
+    );
+}
