@@ -835,3 +835,48 @@ async fn every_command_of_the_migration_guide_runs() {
     assert_eq!(copied["raw"], "QUFB", "{copied}");
     drop(dir);
 }
+
+/// An adoption cut short between claiming the name and finishing (a crash;
+/// here its entry is put back in that state) leaves an incomplete entry:
+/// dropping it removes the entry and never the dataset, which was the
+/// user's before; adopting again then works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_unfinished_adoption_keeps_the_dataset() {
+    let (dir, old) = copy_fixtures();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let uri = old.join("rollout.lance");
+    let uri_s = uri.to_str().unwrap();
+    let (code, _, err) = cli(&root, &["store", "adopt", "runs", "--uri", uri_s], "");
+    assert_eq!(code, 0, "{err}");
+    let entry_path = root.join("data/registry/stores/runs.json");
+    let mut entry: Value = serde_json::from_slice(&std::fs::read(&entry_path).unwrap()).unwrap();
+    assert_eq!(entry["adopted"], true, "{entry}");
+    entry["state"] = json!("creating");
+    std::fs::write(&entry_path, serde_json::to_vec(&entry).unwrap()).unwrap();
+
+    let (code, _, err) = cli(&root, &["store", "count", "runs"], "");
+    assert_ne!(code, 0);
+    assert!(err.contains("not fully created"), "{err}");
+    let (code, out, err) = cli(&root, &["--json", "store", "drop", "runs", "--yes"], "");
+    assert_eq!(code, 0, "{err}");
+    let dropped: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(dropped["data_deleted"], false, "{dropped}");
+    assert!(uri.join("_versions").is_dir(), "the dataset is still there");
+    let (code, out, _) = cli(&root, &["--json", "count", "--uri", uri_s], "");
+    assert_eq!(code, 0);
+    assert_eq!(
+        json_lines(&out)[0]["count"],
+        json!(expected("rollout").len())
+    );
+
+    let (code, _, err) = cli(&root, &["store", "adopt", "runs", "--uri", uri_s], "");
+    assert_eq!(code, 0, "adopted again: {err}");
+    // A finished adoption is a store like any other: drop deletes its data.
+    let (code, out, err) = cli(&root, &["--json", "store", "drop", "runs", "--yes"], "");
+    assert_eq!(code, 0, "{err}");
+    let dropped: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(dropped["data_deleted"], true, "{dropped}");
+    assert!(!uri.join("_versions").exists());
+    drop(dir);
+}

@@ -741,8 +741,16 @@ pub struct Indexed {
 pub struct Dropped {
     /// The store.
     pub store: String,
-    /// Its data, deleted.
+    /// Its data's location.
     pub uri: String,
+    /// Whether the data was deleted (not for an adoption that did not
+    /// finish: the dataset was there before).
+    #[serde(default = "deleted_by_default")]
+    pub data_deleted: bool,
+}
+
+fn deleted_by_default() -> bool {
+    true
 }
 
 /// `POST …/index`.

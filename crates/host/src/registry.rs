@@ -377,6 +377,11 @@ pub struct StoreEntry {
     pub params: Vec<(String, String)>,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// Registered by [`Registry::adopt`] over a dataset that was already
+    /// there: an adoption that did not finish (state `creating`) is
+    /// dropped without deleting that dataset.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
 }
 
 impl StoreEntry {
@@ -440,6 +445,9 @@ pub struct DropReport {
     pub entry: PathBuf,
     /// The plugin file deleted (no other store pinned it), if any.
     pub plugin_file: Option<PathBuf>,
+    /// Whether the data was deleted: not for an adoption that did not
+    /// finish (the dataset was there before it).
+    pub data_deleted: bool,
 }
 
 /// The registry under one data root.
@@ -773,6 +781,7 @@ impl Registry {
             spec: declared.spec.clone(),
             params,
             created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            adopted: false,
         };
 
         // One create or drop of a name at a time (held to the end).
@@ -1065,13 +1074,19 @@ impl Registry {
         check_name(name)?;
         let _name = self.name_lock(name).await?;
         let entry = self.describe(name)?;
-        if self
-            .check_drop_target(name, &entry.uri, storage_options)
-            .await?
+        // An adoption that did not finish registered someone's existing
+        // dataset: only the entry goes.
+        let unfinished_adoption = entry.adopted && entry.state != EntryState::Ready;
+        let mut data_deleted = false;
+        if !unfinished_adoption
+            && self
+                .check_drop_target(name, &entry.uri, storage_options)
+                .await?
         {
             let mut config = StoreConfig::new(&entry.uri);
             config.storage_options = storage_options.clone();
             Store::destroy(&config).await?;
+            data_deleted = true;
         }
         let _pins = self.pins_lock()?;
         let path = self.entry_path(name);
@@ -1082,6 +1097,7 @@ impl Registry {
             uri: entry.uri,
             entry: path,
             plugin_file,
+            data_deleted,
         })
     }
 }

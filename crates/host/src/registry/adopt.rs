@@ -418,6 +418,7 @@ impl Registry {
             spec: declared.spec.clone(),
             params: resolved.params.clone(),
             created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            adopted: true,
         };
         let config = store_config(&entry, &plugin, &options.storage_options);
         let mut report = AdoptReport {

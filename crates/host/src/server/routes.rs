@@ -648,6 +648,7 @@ async fn drop_store(
     Ok(Json(Dropped {
         store: report.name,
         uri: report.uri,
+        data_deleted: report.data_deleted,
     }))
 }
 

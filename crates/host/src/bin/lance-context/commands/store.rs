@@ -311,10 +311,16 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
         StoreCommand::Drop { name, yes } => {
             let entry = registry.describe(&name)?;
             ensure_usage(yes, || {
-                format!(
-                    "dropping '{name}' deletes {} and its registry entry; pass --yes to do it",
-                    entry.uri
-                )
+                match entry.adopted && entry.state != lance_context_host::EntryState::Ready {
+                    true => format!(
+                        "dropping '{name}' removes its registry entry (an adoption that did not finish: {} is kept); pass --yes to do it",
+                        entry.uri
+                    ),
+                    false => format!(
+                        "dropping '{name}' deletes {} and its registry entry; pass --yes to do it",
+                        entry.uri
+                    ),
+                }
             })?;
             let report = registry.drop_store(&name, &options).await?;
             let dropped = serde_json::json!({
@@ -322,11 +328,16 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 "uri": report.uri,
                 "entry": report.entry,
                 "plugin_file": report.plugin_file,
+                "data_deleted": report.data_deleted,
             });
             out.item(&dropped, || {
                 format!(
-                    "dropped store '{}'\nremoved data:  {}\nremoved entry: {}\n{}",
+                    "dropped store '{}'\n{}  {}\nremoved entry: {}\n{}",
                     report.name,
+                    match report.data_deleted {
+                        true => "removed data:",
+                        false => "kept data:   ",
+                    },
                     report.uri,
                     report.entry.display(),
                     match &report.plugin_file {
