@@ -516,8 +516,8 @@ async fn an_incompatible_dataset_is_refused_column_by_column() {
     assert_eq!(verdicts["turns"], "nullability_conflict");
     assert_eq!(verdicts["extra"], "missing_required");
     assert_eq!(
-        verdicts["tags"], "extra",
-        "an undeclared nullable column is kept"
+        verdicts["tags"], "undeclared",
+        "a column the schema leaves out"
     );
     for column in ["score", "turns", "extra"] {
         assert!(err.contains(column), "the error names {column}: {err}");
@@ -674,6 +674,7 @@ async fn adoption_over_rest_is_for_admins_inside_the_allowed_prefixes() {
         r#"{"tokens": [
             {"token": "admin-token-0123456789", "role": "admin"},
             {"token": "scoped-admin-012345678", "role": "admin", "stores": ["other"]},
+            {"token": "runs-admin-0123456789", "role": "admin", "stores": ["runs"]},
             {"token": "write-token-0123456789", "role": "write"}]}"#,
     )
     .unwrap();
@@ -878,5 +879,279 @@ async fn dropping_an_unfinished_adoption_keeps_the_dataset() {
     let dropped: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(dropped["data_deleted"], true, "{dropped}");
     assert!(!uri.join("_versions").exists());
+    drop(dir);
+}
+
+/// Write a plain Lance dataset (no MemWAL) at `uri` from `batch`.
+async fn plain_dataset(uri: &Path, batch: arrow_array::RecordBatch) {
+    let schema = batch.schema();
+    let reader = arrow_array::RecordBatchIterator::new(vec![Ok(batch)], schema);
+    lance::Dataset::write(reader, uri.to_str().unwrap(), None)
+        .await
+        .unwrap();
+}
+
+fn pk(field: arrow_schema::Field) -> arrow_schema::Field {
+    field.with_metadata(
+        [(
+            "lance-schema:unenforced-primary-key".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    )
+}
+
+/// What would read wrong is refused, each with its verdict: struct fields
+/// in another order (same types: values would swap), a second primary-key
+/// tag, a column in Lance's blob encoding, keys repeated in the base table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_refuses_what_would_read_wrong() {
+    use arrow_array::{
+        ArrayRef, Int32Array, LargeBinaryArray, RecordBatch, StringArray, StructArray,
+    };
+    use arrow_schema::{DataType, Field, Fields, Schema};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+
+    // Struct fields b, a in the dataset; the spec declares a, b.
+    let fields = Fields::from(vec![
+        Field::new("b", DataType::Int32, true),
+        Field::new("a", DataType::Int32, true),
+    ]);
+    let s = StructArray::new(
+        fields.clone(),
+        vec![
+            Arc::new(Int32Array::from(vec![1])) as ArrayRef,
+            Arc::new(Int32Array::from(vec![2])) as ArrayRef,
+        ],
+        None,
+    );
+    let schema = Arc::new(Schema::new(vec![
+        pk(Field::new("id", DataType::Utf8, false)),
+        Field::new("s", DataType::Struct(fields), true),
+        pk(Field::new("t", DataType::Utf8, false)),
+        Field::new("raw", DataType::LargeBinary, true)
+            .with_metadata([("lance-encoding:blob".to_string(), "true".to_string())].into()),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec!["k1"])),
+            Arc::new(s),
+            Arc::new(StringArray::from(vec!["x"])),
+            Arc::new(LargeBinaryArray::from_opt_vec(vec![Some(
+                b"abc".as_slice(),
+            )])),
+        ],
+    )
+    .unwrap();
+    let odd = dir.path().join("odd.lance");
+    plain_dataset(&odd, batch).await;
+    let spec = dir.path().join("odd.json");
+    std::fs::write(
+        &spec,
+        r#"{"name": "odd", "key": "id", "columns": [
+            {"name": "id", "type": "Utf8", "nullable": false},
+            {"name": "s", "type": "Struct(\"a\": Int32, \"b\": Int32)"},
+            {"name": "t", "type": "Utf8", "nullable": false},
+            {"name": "raw", "type": "LargeBinary"}]}"#,
+    )
+    .unwrap();
+    let (code, out, err) = cli(
+        &root,
+        &[
+            "--json",
+            "store",
+            "adopt",
+            "odd",
+            "--uri",
+            odd.to_str().unwrap(),
+            "--spec",
+            spec.to_str().unwrap(),
+            "--dry-run",
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "{out} {err}");
+    let report: Value = serde_json::from_str(out.trim()).unwrap();
+    let verdict = |c: &str| {
+        report["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["column"] == c)
+            .unwrap()["verdict"]
+            .clone()
+    };
+    assert_eq!(verdict("id"), "same", "{report}");
+    assert_eq!(verdict("s"), "type_conflict", "{report}");
+    assert_eq!(verdict("t"), "extra_key_tag", "{report}");
+    // Lance writes a blob-encoded column as a blob struct (file format 2.1)
+    // or as LargeBinary marked lance-encoding:blob (2.0): refused either way.
+    assert!(
+        verdict("raw") == "blob_encoding" || verdict("raw") == "type_conflict",
+        "{report}"
+    );
+
+    // Keys repeated in the base table (plain Lance keeps no key unique).
+    let schema = Arc::new(Schema::new(vec![
+        pk(Field::new("id", DataType::Utf8, false)),
+        Field::new("v", DataType::Int32, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec!["a", "b", "a", "c"])),
+            Arc::new(Int32Array::from(vec![1, 2, 3, 4])),
+        ],
+    )
+    .unwrap();
+    let dup = dir.path().join("dup.lance");
+    plain_dataset(&dup, batch).await;
+    let spec = dir.path().join("dup.json");
+    std::fs::write(
+        &spec,
+        r#"{"id": {"type": "string", "nullable": false}, "v": "int32"}"#,
+    )
+    .unwrap();
+    let (code, out, err) = cli(
+        &root,
+        &[
+            "--json",
+            "store",
+            "adopt",
+            "dup",
+            "--uri",
+            dup.to_str().unwrap(),
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "{out} {err}");
+    let report: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["duplicate_keys"], json!(["a"]), "{report}");
+    assert_eq!(report["duplicates_checked"], true);
+    assert!(err.contains("'a'"), "{err}");
+    let (_, listed, _) = cli(&root, &["--json", "store", "list"], "");
+    assert!(listed.trim().is_empty(), "nothing registered: {listed}");
+}
+
+/// Another data root's live store is not adopted (the note its registry
+/// keeps with the data says whose it is); a copy of its data is anyone's.
+/// A relative --uri is the current directory's. A given parameter keeps
+/// the others read from the dataset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_roots_store_is_not_adopted_and_relative_uris_are_the_cwds() {
+    let (dir, old) = copy_fixtures();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let live = dir.path().join("live.lance");
+    let root_a = dir.path().join("root-a");
+    let (code, _, err) = cli(
+        dir.path(),
+        &[
+            "store",
+            "create",
+            "live",
+            "--root",
+            root_a.to_str().unwrap(),
+            "--plugin",
+            "rollout",
+            "--uri",
+            live.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(
+        &work,
+        &["store", "adopt", "stolen", "--uri", live.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("store 'live' of the data root"), "{err}");
+    // A copy of its data is not that store.
+    let copy = dir.path().join("copy.lance");
+    copy_dir(&live, &copy);
+    let (code, _, err) = cli(
+        &work,
+        &["store", "adopt", "copied", "--uri", copy.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+
+    // Relative to the current directory, and recorded as such.
+    let rel_dir = work.join("old");
+    copy_dir(&old.join("rollout.lance"), &rel_dir.join("rollout.lance"));
+    let (code, _, err) = cli(
+        &work,
+        &["store", "adopt", "runs", "--uri", "old/rollout.lance"],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, out, err) = cli(&work, &["--json", "store", "count", "runs"], "");
+    assert_eq!(json_lines(&out)[0]["count"], json!(60), "{err}");
+    let (_, out, _) = cli(&work, &["--json", "store", "describe", "runs"], "");
+    let entry: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        entry["uri"],
+        json!(rel_dir.join("rollout.lance").to_str().unwrap()),
+        "{entry}"
+    );
+
+    // So is a relative --uri of a create (it was read against the data root).
+    let (code, _, err) = cli(
+        &work,
+        &[
+            "store",
+            "create",
+            "relstore",
+            "--plugin",
+            "rollout",
+            "--uri",
+            "rel/store",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(
+        &work,
+        &["store", "add", "relstore"],
+        r#"{"id": "m1", "rollout_id": "r1", "problem_id": "p1"}"#,
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, out, err) = cli(&work, &["--json", "store", "count", "relstore"], "");
+    assert_eq!(json_lines(&out)[0]["count"], json!(1), "{err}");
+    assert!(work.join("rel/store/_versions").is_dir());
+
+    // --param embedding_dim keeps the metric read from the dataset.
+    let (code, out, err) = cli(
+        &work,
+        &[
+            "--json",
+            "store",
+            "adopt",
+            "ctx",
+            "--uri",
+            old.join("context.lance").to_str().unwrap(),
+            "--param",
+            "embedding_dim=8",
+            "--dry-run",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        report["params"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p[0] == "distance_metric" && p[1] == "\"cosine\""),
+        "{report}"
+    );
     drop(dir);
 }

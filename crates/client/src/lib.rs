@@ -168,7 +168,11 @@ pub struct Adopted {
     pub params: Vec<(String, String)>,
     /// Every column of either side.
     pub columns: Vec<AdoptedColumn>,
-    /// No column conflicts.
+    /// Keys the base table holds more than once (a conflict; at most 10).
+    pub duplicate_keys: Vec<String>,
+    /// Whether repeated keys were checked for (not above 50M rows).
+    pub duplicates_checked: bool,
+    /// No column conflicts and no repeated key.
     pub compatible: bool,
     /// The old writers' shards and their unmerged generations.
     pub shards: Vec<AdoptedShard>,
@@ -196,9 +200,10 @@ pub struct AdoptedColumn {
     pub dataset: Option<String>,
     /// Its type in the plugin's declaration (absent: not declared).
     pub plugin: Option<String>,
-    /// `same`, `missing_nullable`, `extra` (compatible), or `missing_required`,
-    /// `extra_required`, `type_conflict`, `nullability_conflict`,
-    /// `key_not_tagged` (conflicts).
+    /// `same`, `missing_nullable` (compatible), or `undeclared`,
+    /// `missing_required`, `type_conflict`,
+    /// `nullability_conflict`, `key_not_tagged`, `extra_key_tag`,
+    /// `blob_encoding` (conflicts).
     pub verdict: String,
     /// What it means.
     pub note: String,

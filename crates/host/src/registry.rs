@@ -192,7 +192,7 @@ pub enum RegistryError {
     InvalidUri(#[from] lance_context_store::UriError),
     /// A new store's location is, contains or is inside data that is not
     /// its own.
-    #[error("store '{name}': refusing to create it at {uri}: {reason}")]
+    #[error("store '{name}': refusing to place it at {uri}: {reason}")]
     UriRefused {
         /// The store name.
         name: String,
@@ -260,6 +260,15 @@ pub enum UriConflict {
     /// The registry's own files.
     #[error("it is the registry, inside it or around it")]
     Registry,
+    /// A store of another data root's registry (the note it keeps with
+    /// the data says so, and that registry still has it there).
+    #[error("it is store '{name}' of the data root {root}")]
+    OtherRoot {
+        /// That registry's data root.
+        root: String,
+        /// The store's name there.
+        name: String,
+    },
     /// Another store's data (whatever the spelling of either uri).
     #[error("it overlaps store '{name}' at {uri}")]
     Store {
@@ -745,13 +754,15 @@ impl Registry {
         check_name(name)?;
         // The location before anything runs or is written (checked again
         // when the name is claimed: a store created meanwhile counts).
-        let uri = options.uri.clone().unwrap_or_else(|| {
-            self.root
+        let uri = match &options.uri {
+            Some(uri) => absolute_uri(uri)?,
+            None => self
+                .root
                 .join("stores")
                 .join(name)
                 .to_string_lossy()
-                .into_owned()
-        });
+                .into_owned(),
+        };
         self.check_new_location(name, &uri)?;
         let resolved = resolve_source(&options.source, &options.params)?;
         let (plugin, probe_warnings) = self
@@ -844,6 +855,7 @@ impl Registry {
             Ok(store) => {
                 entry.state = EntryState::Ready;
                 write_atomic(&path, &self.stored_form(&entry))?;
+                self.note_owner(&config, name).await;
                 Ok(NamedStore::new(entry, plugin, store).with_probe_warnings(probe_warnings))
             }
             Err(e) => {
@@ -1209,6 +1221,92 @@ impl Registry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
+    }
+}
+
+/// `uri` with a relative local path made absolute against the current
+/// directory (what Lance would open), so that the checks, the writes and
+/// the recorded entry all name the same place (an entry's relative uri is
+/// read against the data root).
+pub(crate) fn absolute_uri(uri: &str) -> Result<String> {
+    if uri.contains("://") || uri.to_ascii_lowercase().starts_with("file:") {
+        return Ok(uri.to_string());
+    }
+    let path = Path::new(uri);
+    if path.is_absolute() {
+        return Ok(uri.to_string());
+    }
+    let absolute = std::path::absolute(path).map_err(io(path))?;
+    Ok(absolute.to_string_lossy().into_owned())
+}
+
+/// The note a registry keeps with each store's data
+/// (`_lance_context/registry.json`): which data root registered it, under
+/// which name — so that another data root does not adopt a live store.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct OwnerNote {
+    pub(crate) root: String,
+    pub(crate) name: String,
+}
+
+/// The note's file name under `_lance_context/`.
+pub(crate) const OWNER_NOTE: &str = "registry.json";
+
+impl Registry {
+    /// Keep the owner note with a store's data (best effort: a store
+    /// without one is only less protected from another root's adoption).
+    pub(crate) async fn note_owner(&self, config: &StoreConfig, name: &str) {
+        let note = OwnerNote {
+            root: self.root.to_string_lossy().into_owned(),
+            name: name.to_string(),
+        };
+        let bytes = serde_json::to_vec(&note).unwrap_or_default();
+        if let Err(e) = Store::write_note(config, OWNER_NOTE, &bytes).await {
+            tracing::warn!(store = name, "keeping the registry note with the data: {e}");
+        }
+    }
+
+    /// The store of another data root the dataset at `uri` still is, by
+    /// the note kept with it: that root's registry has the named store at
+    /// this same location. A copy of a store's data (the note copied with
+    /// it, the store elsewhere) or a store since dropped is no one's.
+    pub(crate) async fn other_owner(
+        &self,
+        config: &StoreConfig,
+        uri: &str,
+    ) -> Result<Option<UriConflict>> {
+        let Some(bytes) = Store::read_note(config, OWNER_NOTE).await? else {
+            return Ok(None);
+        };
+        let Ok(note) = serde_json::from_slice::<OwnerNote>(&bytes) else {
+            return Ok(None);
+        };
+        // The note is data: its name becomes a file name only when valid.
+        if check_name(&note.name).is_err() {
+            return Ok(None);
+        }
+        let root = PathBuf::from(&note.root);
+        let entry_file = root.join(format!("registry/stores/{}.json", note.name));
+        let Ok(text) = std::fs::read(&entry_file) else {
+            return Ok(None);
+        };
+        let Ok(entry) = serde_json::from_slice::<StoreEntry>(&text) else {
+            return Ok(None);
+        };
+        let their_uri = match !entry.uri.contains("://") && Path::new(&entry.uri).is_relative() {
+            true => root.join(&entry.uri).to_string_lossy().into_owned(),
+            false => entry.uri.clone(),
+        };
+        let (Ok(theirs), Ok(ours)) = (
+            CanonicalLocation::of(&their_uri),
+            CanonicalLocation::of(uri),
+        ) else {
+            return Ok(None);
+        };
+        Ok(theirs.overlaps(&ours).then_some(UriConflict::OtherRoot {
+            root: note.root,
+            name: note.name,
+        }))
     }
 }
 

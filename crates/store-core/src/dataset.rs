@@ -171,6 +171,42 @@ impl Opener {
         })
     }
 
+    /// The file `_lance_context/<name>` under the URI: its bytes, or `None`
+    /// when there is none.
+    pub async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let (store, path) = ObjectStore::from_uri_and_params(
+            Arc::new(ObjectStoreRegistry::default()),
+            &self.uri,
+            &self.store_params(),
+        )
+        .await
+        .ctx("resolving the dataset's object store")?;
+        match store
+            .read_one_all(&path.clone().join("_lance_context").join(name))
+            .await
+        {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(Error::from_lance(format!("reading {name}"), None, e)),
+        }
+    }
+
+    /// Write `_lance_context/<name>` under the URI (replacing it).
+    pub async fn write_note(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let (store, path) = ObjectStore::from_uri_and_params(
+            Arc::new(ObjectStoreRegistry::default()),
+            &self.uri,
+            &self.store_params(),
+        )
+        .await
+        .ctx("resolving the dataset's object store")?;
+        store
+            .put(&path.clone().join("_lance_context").join(name), bytes)
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::from_lance(format!("writing {name}"), None, e))
+    }
+
     /// Delete everything under the URI: every version, index, WAL shard and
     /// generation. Irreversible.
     pub async fn remove(&self) -> Result<()> {

@@ -204,6 +204,101 @@ impl Store {
         Ok(Arc::new(Schema::from(dataset.schema())))
     }
 
+    /// A small file the caller keeps with the dataset at `config.uri`
+    /// (`_lance_context/<name>`, e.g. which registry holds the store):
+    /// its bytes, or `None`. Not part of any version; dropped with the data.
+    pub async fn read_note(config: &StoreConfig, name: &str) -> Result<Option<Vec<u8>>> {
+        Opener::new(&config.uri, &config.storage_options)
+            .read_note(name)
+            .await
+    }
+
+    /// Write the note `name` (see [`Store::read_note`]), replacing it.
+    pub async fn write_note(config: &StoreConfig, name: &str, bytes: &[u8]) -> Result<()> {
+        Opener::new(&config.uri, &config.storage_options)
+            .write_note(name, bytes)
+            .await
+    }
+
+    /// Keys the base table of the dataset at `config.uri` holds more than
+    /// once (at most `limit` of them, sorted) — a dataset written by plain
+    /// Lance, where nothing kept keys unique, before it is served keyed.
+    /// `None` when the base table has more than `max_rows` rows (not
+    /// checked: the check holds 8 bytes per row). Reads the key column once,
+    /// and again only the suspects' rows; writes nothing.
+    pub async fn duplicate_keys(
+        config: &StoreConfig,
+        limit: usize,
+        max_rows: usize,
+    ) -> Result<Option<Vec<String>>> {
+        use crate::error::LanceResultExt as _;
+        use futures::TryStreamExt as _;
+        use std::hash::BuildHasher as _;
+        let dataset = Opener::new(&config.uri, &config.storage_options)
+            .open()
+            .await?;
+        let key = config.key_column.as_str();
+        let rows = dataset.count_rows(None).await.ctx("counting rows")?;
+        if rows > max_rows {
+            return Ok(None);
+        }
+        let hasher =
+            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+        let keys_of = |batch: &RecordBatch| -> Vec<Option<String>> {
+            let Some(column) = batch.column_by_name(key) else {
+                return Vec::new();
+            };
+            match arrow_cast::cast(column, &DataType::Utf8) {
+                Ok(c) => c
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .map(|a| a.iter().map(|v| v.map(str::to_string)).collect())
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
+        };
+        // Pass 1: a 64-bit hash per row; a hash seen twice makes a suspect.
+        let mut hashes: Vec<u64> = Vec::with_capacity(rows);
+        let mut scan = dataset.scan();
+        scan.project(&[key]).ctx("projecting the key")?;
+        let mut stream = scan.try_into_stream().await.ctx("reading the keys")?;
+        while let Some(batch) = stream.try_next().await.ctx("reading the keys")? {
+            for k in keys_of(&batch).into_iter().flatten() {
+                hashes.push(hasher.hash_one(&k));
+            }
+        }
+        hashes.sort_unstable();
+        let repeated: std::collections::HashSet<u64> = hashes
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        drop(hashes);
+        if repeated.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        // Pass 2: the rows whose hash repeats, counted by key (exact).
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        let mut scan = dataset.scan();
+        scan.project(&[key]).ctx("projecting the key")?;
+        let mut stream = scan.try_into_stream().await.ctx("reading the keys")?;
+        while let Some(batch) = stream.try_next().await.ctx("reading the keys")? {
+            for k in keys_of(&batch).into_iter().flatten() {
+                if repeated.contains(&hasher.hash_one(&k)) {
+                    *counts.entry(k).or_default() += 1;
+                }
+            }
+        }
+        let mut duplicated: Vec<String> = counts
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(k, _)| k)
+            .collect();
+        duplicated.sort_unstable();
+        duplicated.truncate(limit);
+        Ok(Some(duplicated))
+    }
+
     /// Open the dataset, creating it first when it does not exist.
     pub async fn open_or_create(config: StoreConfig) -> Result<Self> {
         match Self::open(config.clone()).await {

@@ -25,6 +25,9 @@ use super::{
 use crate::Registry;
 use crate::spec::{PREVIOUS_SPEC_METADATA, PRIMARY_KEY_METADATA, SchemaSpec};
 
+/// Most base-table rows checked for repeated keys (8 bytes each).
+const MAX_ROWS_CHECKED: usize = 50_000_000;
+
 /// How to adopt a dataset.
 #[derive(Clone, Debug)]
 pub struct AdoptOptions {
@@ -32,8 +35,8 @@ pub struct AdoptOptions {
     pub uri: String,
     /// The schema: `None` infers it (see [`Registry::adopt`]).
     pub source: Option<SchemaSource>,
-    /// Creation parameters for the plugin's `describe`; empty with a
-    /// built-in plugin infers them from the dataset (the context schema's
+    /// Creation parameters for the plugin's `describe`. For the context
+    /// plugin, those not given are read from the dataset (its
     /// `embedding_dim`, `distance_metric`, `blob_columns`).
     pub params: Vec<(String, String)>,
     /// Object-store options; only their keys are recorded.
@@ -70,7 +73,13 @@ pub struct AdoptReport {
     pub params: Vec<(String, String)>,
     /// Every column of either side, dataset order first.
     pub columns: Vec<ColumnReport>,
-    /// No column conflicts.
+    /// Keys the base table holds more than once (at most 10; a dataset
+    /// written by plain Lance may have them): a conflict.
+    pub duplicate_keys: Vec<String>,
+    /// Whether the base table was checked for repeated keys (not above
+    /// 50,000,000 rows).
+    pub duplicates_checked: bool,
+    /// No column conflicts and no repeated key.
     pub compatible: bool,
     /// The dataset's MemWAL shards (the old writers') and their unmerged
     /// generations, before adoption.
@@ -94,13 +103,25 @@ pub struct AdoptReport {
 }
 
 impl AdoptReport {
-    /// The columns that conflict, one line each.
+    /// The conflicts, one line each: every column, then repeated keys.
     pub fn conflicts(&self) -> Vec<String> {
-        self.columns
+        let mut out: Vec<String> = self
+            .columns
             .iter()
             .filter(|c| !c.verdict.compatible())
             .map(|c| format!("{}: {}", c.column, c.note))
-            .collect()
+            .collect();
+        if !self.duplicate_keys.is_empty() {
+            out.push(format!(
+                "the base table holds keys more than once (e.g. {}): a keyed store reads each key once",
+                self.duplicate_keys
+                    .iter()
+                    .map(|k| format!("'{k}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        out
     }
 }
 
@@ -129,14 +150,11 @@ pub enum ColumnVerdict {
     /// Declared, nullable, not in the dataset: reads as null, and only
     /// nulls may be written to it.
     MissingNullable,
-    /// In the dataset, not declared, nullable: kept, not read or written
-    /// through this store.
-    Extra,
+    /// In the dataset, not declared (a conflict: a record this store
+    /// rewrites — a new version, a back-link — would lose its value).
+    Undeclared,
     /// Declared non-nullable, not in the dataset (a conflict).
     MissingRequired,
-    /// In the dataset non-nullable, not declared (a conflict: no write
-    /// could fill it).
-    ExtraRequired,
     /// Different types (a conflict).
     TypeConflict,
     /// Different nullability (a conflict).
@@ -144,12 +162,18 @@ pub enum ColumnVerdict {
     /// The key column is not tagged as Lance's primary key, which the MemWAL
     /// merges on (a conflict).
     KeyNotTagged,
+    /// Another column is tagged as Lance's primary key (a conflict: Lance
+    /// would merge on both).
+    ExtraKeyTag,
+    /// Stored with Lance's blob encoding (`lance-encoding:blob`), which this
+    /// host does not read (a conflict).
+    BlobEncoding,
 }
 
 impl ColumnVerdict {
     /// Whether the column lets the dataset be adopted.
     pub fn compatible(self) -> bool {
-        matches!(self, Self::Same | Self::MissingNullable | Self::Extra)
+        matches!(self, Self::Same | Self::MissingNullable)
     }
 }
 
@@ -233,6 +257,32 @@ fn shown(field: &Field) -> String {
     }
 }
 
+/// Whether two types agree as a read and a write through this host need:
+/// Arrow's type equality without field names and metadata
+/// (`equals_datatype`), and the same child names, in the same order, for
+/// every struct inside (values are matched to struct fields by position).
+fn same_type(a: &DataType, b: &DataType) -> bool {
+    fn names_agree(a: &DataType, b: &DataType) -> bool {
+        match (a, b) {
+            (DataType::Struct(x), DataType::Struct(y)) => {
+                x.len() == y.len()
+                    && x.iter().zip(y.iter()).all(|(f, g)| {
+                        f.name() == g.name() && names_agree(f.data_type(), g.data_type())
+                    })
+            }
+            (DataType::List(x), DataType::List(y))
+            | (DataType::LargeList(x), DataType::LargeList(y))
+            | (DataType::FixedSizeList(x, _), DataType::FixedSizeList(y, _))
+            | (DataType::Map(x, _), DataType::Map(y, _)) => {
+                names_agree(x.data_type(), y.data_type())
+            }
+            (DataType::Dictionary(_, x), DataType::Dictionary(_, y)) => names_agree(x, y),
+            _ => true,
+        }
+    }
+    a.equals_datatype(b) && names_agree(a, b)
+}
+
 /// Compare the dataset's schema with the declared one, column by column.
 pub(crate) fn compare(stored: &Schema, declared: &Schema, key: &str) -> Vec<ColumnReport> {
     let mut out = Vec::new();
@@ -245,22 +295,32 @@ pub(crate) fn compare(stored: &Schema, declared: &Schema, key: &str) -> Vec<Colu
             verdict,
             note,
         };
+        let tagged = s.metadata().get(PRIMARY_KEY_METADATA).map(String::as_str) == Some("true");
+        if s.metadata().get("lance-encoding:blob").map(String::as_str) == Some("true") {
+            out.push(report(
+                declared.field_with_name(name).ok(),
+                ColumnVerdict::BlobEncoding,
+                "stored with Lance's blob encoding (lance-encoding:blob), which this host does not read".into(),
+            ));
+            continue;
+        }
         let Ok(d) = declared.field_with_name(name) else {
-            out.push(match s.is_nullable() {
-                true => report(
+            out.push(if tagged {
+                report(
                     None,
-                    ColumnVerdict::Extra,
-                    "not declared by the plugin: kept in the dataset, not read or written through this store".into(),
-                ),
-                false => report(
+                    ColumnVerdict::ExtraKeyTag,
+                    format!("tagged {PRIMARY_KEY_METADATA}=true but the key is '{key}': Lance would merge on both"),
+                )
+            } else {
+                report(
                     None,
-                    ColumnVerdict::ExtraRequired,
-                    "not declared by the plugin but non-nullable in the dataset: no add could fill it".into(),
-                ),
+                    ColumnVerdict::Undeclared,
+                    "not declared by the plugin: a record this store rewrites (a new version, a back-link) would lose its value; declare it to adopt the dataset".into(),
+                )
             });
             continue;
         };
-        let verdict = if !s.data_type().equals_datatype(d.data_type()) {
+        let verdict = if !same_type(s.data_type(), d.data_type()) {
             report(
                 Some(d),
                 ColumnVerdict::TypeConflict,
@@ -279,14 +339,20 @@ pub(crate) fn compare(stored: &Schema, declared: &Schema, key: &str) -> Vec<Colu
                     false => "non-nullable in the dataset, nullable in the plugin: an add leaving it null would fail in storage".into(),
                 },
             )
-        } else if name == key
-            && s.metadata().get(PRIMARY_KEY_METADATA).map(String::as_str) != Some("true")
-        {
+        } else if name == key && !tagged {
             report(
                 Some(d),
                 ColumnVerdict::KeyNotTagged,
                 format!(
                     "the key column is not tagged {PRIMARY_KEY_METADATA}=true, which the MemWAL merges on"
+                ),
+            )
+        } else if name != key && tagged {
+            report(
+                Some(d),
+                ColumnVerdict::ExtraKeyTag,
+                format!(
+                    "tagged {PRIMARY_KEY_METADATA}=true but the key is '{key}': Lance would merge on both"
                 ),
             )
         } else {
@@ -342,7 +408,7 @@ impl Registry {
     /// deletes this dataset, as for any store.
     pub async fn adopt(&self, name: &str, options: AdoptOptions) -> Result<AdoptReport> {
         super::check_name(name)?;
-        let uri = options.uri.clone();
+        let uri = super::absolute_uri(&options.uri)?;
         self.check_new_location(name, &uri)?;
         if self.entry_path(name).exists() {
             return Err(RegistryError::AlreadyExists {
@@ -356,6 +422,15 @@ impl Registry {
                 what: format!("a Lance dataset at {uri} (nothing to adopt there)"),
             }
             .into());
+        }
+        // A live store of another data root (its registry's note says so):
+        // adopting it would take its writer over, and a drop here delete it.
+        if let Some(reason) = self.other_owner(&probe_config, &uri).await? {
+            return Err(RegistryError::UriRefused {
+                name: name.to_string(),
+                uri,
+                reason,
+            });
         }
         let stored = Store::dataset_schema(&probe_config).await?;
 
@@ -393,14 +468,32 @@ impl Registry {
                 },
             },
         };
-        if params.is_empty() && matches!(&source, SchemaSource::Builtin(b) if b == "context") {
-            params = infer_context_params(&stored);
+        // The dataset's own parameters, under those given.
+        if matches!(&source, SchemaSource::Builtin(b) if b == "context") {
+            for (k, v) in infer_context_params(&stored) {
+                if !params.iter().any(|(given, _)| *given == k) {
+                    params.push((k, v));
+                }
+            }
         }
         let resolved: Resolved = resolve_source(&source, &params)?;
         let (plugin, _warnings) = self.load_and_probe(&resolved, &source, None).await?;
         let declared = plugin.declaration().clone();
         let columns = compare(&stored, &declared.schema, &declared.spec.key);
-        let compatible = columns.iter().all(|c| c.verdict.compatible());
+        let columns_fit = columns.iter().all(|c| c.verdict.compatible());
+        // Keys repeated in the base table (nothing kept them unique in a
+        // dataset plain Lance wrote); checked once the columns fit.
+        let duplicates = match columns_fit {
+            true => {
+                let mut check = StoreConfig::new(&uri).with_key_column(&declared.spec.key);
+                check.storage_options = options.storage_options.clone();
+                Store::duplicate_keys(&check, 10, MAX_ROWS_CHECKED).await?
+            }
+            false => Some(Vec::new()),
+        };
+        let duplicates_checked = duplicates.is_some();
+        let duplicate_keys = duplicates.unwrap_or_default();
+        let compatible = columns_fit && duplicate_keys.is_empty();
 
         let mut keys: Vec<String> = options.storage_options.keys().cloned().collect();
         keys.sort();
@@ -428,6 +521,8 @@ impl Registry {
             inferred_from,
             params: resolved.params.clone(),
             columns,
+            duplicate_keys,
+            duplicates_checked,
             compatible,
             shards: Vec::new(),
             rows_before: 0,
@@ -508,6 +603,9 @@ impl Registry {
             Ok((generations, links, rows)) => {
                 entry.state = EntryState::Ready;
                 write_atomic(&path, &self.stored_form(&entry))?;
+                let mut noted = StoreConfig::new(&uri);
+                noted.storage_options = options.storage_options.clone();
+                self.note_owner(&noted, name).await;
                 report.generations_merged = generations;
                 report.supersession_links = links;
                 report.rows_after = Some(rows);

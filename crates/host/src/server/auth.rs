@@ -55,6 +55,12 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// Whether the caller's token is limited to named stores (a server
+    /// without tokens has no scoped callers).
+    pub fn is_scoped(&self) -> bool {
+        self.token.as_ref().is_some_and(|t| t.stores.is_some())
+    }
+
     /// Whether the caller may use `store` at all.
     pub fn sees(&self, store: &str) -> bool {
         match &self.token {

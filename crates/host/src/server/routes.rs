@@ -583,7 +583,17 @@ async fn adopt_store(
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let caller = authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    // Adopting reaches data that is no store's yet (any dataset under the
+    // allowed prefixes), and a drop would then delete it: not for a token
+    // limited to named stores.
+    if caller.is_scoped() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "adopting a dataset needs an admin token not limited to named stores (it reaches data that is no store's yet)",
+        ));
+    }
     let bytes = read_body(&state, body).await?;
     let adopt: AdoptStore = tokio::task::spawn_blocking(move || {
         serde_json::from_slice::<AdoptStore>(&bytes)

@@ -146,10 +146,15 @@ fn print(report: &AdoptReport, out: &Out) -> Result<()> {
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     table.set_header(["column", "dataset", "plugin", "verdict", "note"]);
     for c in &report.columns {
+        // Column names and types come from the dataset: shown escaped.
+        let shown = |s: &str| crate::exit::printable(s);
         table.add_row([
-            c.column.clone(),
-            c.dataset.clone().unwrap_or_else(|| "-".into()),
-            c.plugin.clone().unwrap_or_else(|| "-".into()),
+            shown(&c.column),
+            c.dataset
+                .as_deref()
+                .map(shown)
+                .unwrap_or_else(|| "-".into()),
+            c.plugin.as_deref().map(shown).unwrap_or_else(|| "-".into()),
             serde_json::to_value(c.verdict)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
@@ -157,11 +162,24 @@ fn print(report: &AdoptReport, out: &Out) -> Result<()> {
             if c.verdict == lance_context_host::ColumnVerdict::Same {
                 String::new()
             } else {
-                c.note.clone()
+                shown(&c.note)
             },
         ]);
     }
     println!("{table}");
+    if !report.duplicate_keys.is_empty() {
+        let keys: Vec<String> = report
+            .duplicate_keys
+            .iter()
+            .map(|k| format!("'{}'", crate::exit::printable(k)))
+            .collect();
+        println!(
+            "keys held more than once in the base table: {}",
+            keys.join(", ")
+        );
+    } else if !report.duplicates_checked {
+        println!("repeated keys: not checked (over 50,000,000 rows)");
+    }
     if !report.compatible {
         println!("not compatible: nothing was registered");
         return Ok(());
