@@ -90,6 +90,7 @@ mod conform;
 mod dataset;
 mod engine;
 mod error;
+pub mod floor;
 mod id;
 mod merge;
 mod read;

@@ -119,9 +119,16 @@ impl std::fmt::Debug for Writer {
     }
 }
 
+/// The Lance writer's configuration. Puts are not durable writes: a durable
+/// put waits for the WAL flush timer (up to `wal_flush_interval`) before it
+/// returns, and every write here is followed at once by a freeze, which
+/// queues the WAL flush of everything put so far and whose memtable flush
+/// waits for that WAL append before it writes the generation. So a write
+/// returns only after its rows are in the WAL and in a generation, as with
+/// durable puts, without the wait for the timer.
 fn lance_config(shard: Uuid, settings: &WriterSettings) -> ShardWriterConfig {
     ShardWriterConfig::new(shard)
-        .with_durable_write(true)
+        .with_durable_write(false)
         .with_max_wal_flush_interval(settings.wal_flush_interval)
         .with_max_memtable_rows(settings.max_memtable_rows)
         .with_max_unflushed_memtable_bytes(settings.max_unflushed_bytes)

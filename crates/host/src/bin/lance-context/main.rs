@@ -22,7 +22,8 @@ use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::{
-    bench, bench_plugins, bench_search, bench_server, dataset, demo, plugin, serve, store, torture,
+    bench, bench_peer, bench_plugins, bench_search, bench_server, dataset, demo, plugin, serve,
+    store, torture,
 };
 use output::Out;
 
@@ -68,6 +69,10 @@ enum Command {
     BenchSearch(bench_search::SearchBenchArgs),
     /// Benchmark the REST server: adds and gets over loopback HTTP vs in process.
     BenchServer(bench_server::ServerBenchArgs),
+    /// Benchmark against the previous implementation (lance-context 0.6.7,
+    /// installed into a venv): the single durable add, its floor (Lance's
+    /// own writer) and where its time goes.
+    BenchPeer(bench_peer::PeerBenchArgs),
     /// Seeded crash trials: a writer (and an operator's maintenance) killed at
     /// random moments, then every acknowledged write checked.
     Torture(torture::TortureArgs),
@@ -161,6 +166,7 @@ async fn run(command: Command, out: Out) -> Result<()> {
         Command::BenchPlugins(args) => bench_plugins::run(args).await,
         Command::BenchSearch(args) => bench_search::run(args).await,
         Command::BenchServer(args) => bench_server::run(args).await,
+        Command::BenchPeer(args) => bench_peer::run(args).await,
         Command::Torture(args) => torture::run(args).await,
         Command::TortureWriter(args) => torture::writer(args).await,
         Command::TortureMaintainer(args) => torture::maintainer(args).await,

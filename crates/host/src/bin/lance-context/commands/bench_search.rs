@@ -539,6 +539,39 @@ h = timed(lambda i: ctx.retrieve(text=q["texts"][i], vector=q["vectors"][i], lim
 print(json.dumps([v, t, h]))
 "#;
 
+/// The previous implementation's Python: `given`, or
+/// `target/peer-venv/bin/python`, made (`python3 -m venv`, `pip install
+/// lance-context==0.6.7`) when missing. `None`, said, when that fails.
+pub fn peer_python(given: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = given {
+        return Some(p.to_path_buf());
+    }
+    let venv = Path::new("target/peer-venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        println!(
+            "installing the previous implementation into {} …",
+            venv.display()
+        );
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .status();
+        let installed = made.is_ok_and(|s| s.success())
+            && std::process::Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "lance-context==0.6.7"])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !installed {
+            println!(
+                "previous implementation: skipped (python3 -m venv and pip install lance-context==0.6.7 did not succeed; pass --peer-python)"
+            );
+            return None;
+        }
+    }
+    Some(python)
+}
+
 /// The previous implementation's p50 (ms) for vector, text and hybrid; `None`
 /// with a message printed when it is not available.
 fn peer(
@@ -548,34 +581,8 @@ fn peer(
     rows: usize,
     dim: usize,
 ) -> Result<Option<[f64; 3]>> {
-    let python = match &args.peer_python {
-        Some(p) => p.clone(),
-        None => {
-            let venv = Path::new("target/peer-venv");
-            let python = venv.join("bin/python");
-            if !python.exists() {
-                println!(
-                    "installing the previous implementation into {} …",
-                    venv.display()
-                );
-                let made = std::process::Command::new("python3")
-                    .args(["-m", "venv"])
-                    .arg(venv)
-                    .status();
-                let installed = made.is_ok_and(|s| s.success())
-                    && std::process::Command::new(&python)
-                        .args(["-m", "pip", "install", "-q", "lance-context==0.6.7"])
-                        .status()
-                        .is_ok_and(|s| s.success());
-                if !installed {
-                    println!(
-                        "previous implementation: skipped (python3 -m venv and pip install lance-context==0.6.7 did not succeed; pass --peer-python)"
-                    );
-                    return Ok(None);
-                }
-            }
-            python
-        }
+    let Some(python) = peer_python(args.peer_python.as_deref()) else {
+        return Ok(None);
     };
     let dir = args.data.join("peer");
     std::fs::create_dir_all(&dir)?;

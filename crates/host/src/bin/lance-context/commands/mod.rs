@@ -2,6 +2,7 @@
 
 pub mod adopt;
 pub mod bench;
+pub mod bench_peer;
 pub mod bench_plugins;
 pub mod bench_records;
 pub mod bench_search;
