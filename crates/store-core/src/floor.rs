@@ -23,18 +23,35 @@ pub enum FloorPut {
     FreezeFlushes,
 }
 
-/// Create an empty dataset at `uri` with `schema` (key tagged), claim a
-/// shard with Lance's writer (WAL flush interval `wal_flush_interval`), and
-/// time each batch of `batches`: put, freeze, wait for the generation.
+/// Create an empty dataset at `uri` with `schema` (key tagged) — with a
+/// BTree index on `key_index` when given, which the writer then maintains
+/// in each memtable and writes with each generation, as this engine's key
+/// index is — claim a shard with Lance's writer (WAL flush interval
+/// `wal_flush_interval`), and time each batch of `batches`: put, freeze,
+/// wait for the generation.
 pub async fn bare_shard_adds(
     uri: &str,
     schema: SchemaRef,
     batches: &[RecordBatch],
     put: FloorPut,
     wal_flush_interval: Duration,
+    key_index: Option<&str>,
 ) -> Result<Vec<Duration>> {
     let opener = Opener::new(uri, &Default::default());
-    let dataset = opener.create(schema).await?;
+    let mut dataset = opener.create(schema).await?;
+    if let Some(key) = key_index {
+        use lance::index::DatasetIndexExt as _;
+        dataset
+            .create_index(
+                &[key],
+                lance_index::IndexType::BTree,
+                Some(format!("{key}_idx")),
+                &lance_index::scalar::ScalarIndexParams::default(),
+                false,
+            )
+            .await
+            .ctx("creating the key index")?;
+    }
     let shard = uuid::Uuid::new_v4();
     let config = ShardWriterConfig::new(shard)
         .with_durable_write(put == FloorPut::Durable)

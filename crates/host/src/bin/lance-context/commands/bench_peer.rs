@@ -13,7 +13,10 @@
 //!   with the WAL entry flushed by the freeze (as the engine does), and with
 //!   a durable put (which waits for the WAL flush timer);
 //! - **previous**: `GenericStore.add` with `seal_on_add=True` (readable by
-//!   another process when it returns).
+//!   another process when it returns);
+//! - two diagnostics of the engine's part: the engine with its background
+//!   merges off, and the floor with the key index Lance's writer then keeps
+//!   in each memtable and writes with each generation (as the engine's is).
 //!
 //! The other figures of the comparison (batched adds, gets, scans, search,
 //! merge, cold start, disk, upsert) are in `bench`, `bench-search` and
@@ -129,6 +132,8 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
         "floor: put, freeze flushes the WAL",
         "floor: durable put, freeze",
         "previous: GenericStore seal_on_add",
+        "engine, no background merges",
+        "floor + key index in the memtable",
     ];
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     println!(
@@ -144,8 +149,8 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
         for v in order {
             let times = match v {
                 0 => host_adds(&runtime, &dir, args.adds).await?,
-                1 => engine_adds(&runtime, &dir, args.adds).await?,
-                2 | 3 => floor_adds(&runtime, &dir, args.adds, v == 3).await?,
+                1 | 5 => engine_adds(&runtime, &dir, args.adds, v == 1).await?,
+                2 | 3 | 6 => floor_adds(&runtime, &dir, args.adds, v == 3, v == 6).await?,
                 _ => match &python {
                     Some(p) => peer_adds(p, &dir, args.adds)?,
                     None => Vec::new(),
@@ -189,6 +194,11 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
         p50[1] - floor,
         floor,
         p50[3] - floor
+    );
+    println!(
+        "of the engine's part: the key index maintained in each memtable and written with each generation {:.2} ms (floor + key index − floor); background merges running beside the adds {:.2} ms (engine − engine without them)",
+        p50[6] - floor,
+        p50[1] - p50[5]
     );
     let goal = |ok: bool| if ok { "met" } else { "not met" };
     println!(
@@ -248,11 +258,24 @@ async fn batches(
     Ok((schema, out))
 }
 
-/// `Store::add` of the same rows, no plugin.
-async fn engine_adds(runtime: &Arc<PluginRuntime>, dir: &Path, n: usize) -> Result<Vec<f64>> {
+/// `Store::add` of the same rows, no plugin; with or without the
+/// background merges (by generation count and by time).
+async fn engine_adds(
+    runtime: &Arc<PluginRuntime>,
+    dir: &Path,
+    n: usize,
+    merges: bool,
+) -> Result<Vec<f64>> {
     let (schema, rows) = batches(runtime, n).await?;
-    let uri = dir.join("engine").to_string_lossy().into_owned();
-    let store = Store::create(StoreConfig::new(&uri).with_schema(schema)).await?;
+    let name = if merges { "engine" } else { "engine-no-merges" };
+    let uri = dir.join(name).to_string_lossy().into_owned();
+    let mut config = StoreConfig::new(&uri).with_schema(schema);
+    if !merges {
+        config.merge.generation_threshold = None;
+        config.merge.interval = None;
+        config.merge.max_unmerged_generations = None;
+    }
+    let store = Store::create(config).await?;
     let mut times = Vec::with_capacity(n);
     for batch in &rows {
         let started = Instant::now();
@@ -269,16 +292,29 @@ async fn floor_adds(
     dir: &Path,
     n: usize,
     durable: bool,
+    key_index: bool,
 ) -> Result<Vec<f64>> {
     let (schema, rows) = batches(runtime, n).await?;
-    let name = if durable { "floor-durable" } else { "floor" };
+    let name = match (durable, key_index) {
+        (true, _) => "floor-durable",
+        (false, true) => "floor-key-index",
+        (false, false) => "floor",
+    };
     let uri = dir.join(name).to_string_lossy().into_owned();
     let put = match durable {
         true => FloorPut::Durable,
         false => FloorPut::FreezeFlushes,
     };
     let interval = lance_context_store::WriterSettings::default().wal_flush_interval;
-    let times = bare_shard_adds(&uri, schema, &rows, put, interval).await?;
+    let times = bare_shard_adds(
+        &uri,
+        schema,
+        &rows,
+        put,
+        interval,
+        key_index.then_some("id"),
+    )
+    .await?;
     Ok(times.iter().skip(1).map(ms).collect())
 }
 
