@@ -200,10 +200,10 @@ pub enum ShardPolicy {
 /// Settings of the resident MemWAL writer.
 #[derive(Debug, Clone)]
 pub struct WriterSettings {
-    /// How often Lance's writer flushes its WAL buffer in the background.
-    /// An add does not wait for it: each write freezes its memtable, which
-    /// flushes the WAL entries at once and then the generation (see the
-    /// writer). Lance's default is 100 ms; ours is 5 ms. Must be > 0.
+    /// How often the WAL buffer is flushed. A durable put waits for the next
+    /// flush (the freeze that follows each write also flushes it), so this
+    /// bounds the durability part of an add's latency. Lance's default is
+    /// 100 ms; ours is 5 ms. Must be > 0.
     pub wal_flush_interval: Duration,
     /// Largest number of rows one memtable holds, and so one atomic write.
     /// An add (or delete) with more rows is written as several puts; a reader

@@ -16,10 +16,11 @@ use crate::error::{Error, LanceResultExt as _, Result};
 /// How the bare writer makes a put durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FloorPut {
-    /// A durable put (it waits for the WAL flush timer), then the freeze.
+    /// A durable put (it waits for the WAL flush timer), then the freeze:
+    /// what this engine's writer does.
     Durable,
-    /// A put, then the freeze, whose flush writes the WAL entry before the
-    /// generation (what this engine's writer does).
+    /// A put that is not durable, then the freeze, whose flush writes the
+    /// WAL entry before the generation.
     FreezeFlushes,
 }
 

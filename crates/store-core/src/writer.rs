@@ -119,16 +119,15 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-/// The Lance writer's configuration. Puts are not durable writes: a durable
-/// put waits for the WAL flush timer (up to `wal_flush_interval`) before it
-/// returns, and every write here is followed at once by a freeze, which
-/// queues the WAL flush of everything put so far and whose memtable flush
-/// waits for that WAL append before it writes the generation. So a write
-/// returns only after its rows are in the WAL and in a generation, as with
-/// durable puts, without the wait for the timer.
+/// The Lance writer's configuration: durable puts (a put returns once its
+/// WAL entry is written). Every write is then frozen at once, and the
+/// freeze's flush writes the WAL entries before the generation anyway; a
+/// put that is not durable saved ~0.1 ms of a 5–6 ms add in `bench-peer`
+/// (docs/performance.md), not worth leaving the configuration the crash
+/// trials proved.
 fn lance_config(shard: Uuid, settings: &WriterSettings) -> ShardWriterConfig {
     ShardWriterConfig::new(shard)
-        .with_durable_write(false)
+        .with_durable_write(true)
         .with_max_wal_flush_interval(settings.wal_flush_interval)
         .with_max_memtable_rows(settings.max_memtable_rows)
         .with_max_unflushed_memtable_bytes(settings.max_unflushed_bytes)

@@ -10,8 +10,9 @@
 //!   and the engine; durable and visible to other processes on return;
 //! - **engine alone**: `Store::add` of the same row, no plugin;
 //! - **floor**: Lance's own writer — put, freeze, wait for the generation —
-//!   with the WAL entry flushed by the freeze (as the engine does), and with
-//!   a durable put (which waits for the WAL flush timer);
+//!   with a put that is not durable (the freeze's flush writes the WAL
+//!   entry before the generation), and with a durable put, as the engine's
+//!   (which waits for the WAL flush timer);
 //! - **previous**: `GenericStore.add` with `seal_on_add=True` (readable by
 //!   another process when it returns);
 //! - two diagnostics of the engine's part: the engine with its background
