@@ -809,37 +809,7 @@ impl Registry {
                 uri: entry.uri.clone(),
             });
         }
-        // Claim the name and pin the plugin together: a drop deciding that
-        // the plugin file is unpinned sees this entry, or runs before it.
-        let pins = self.pins_lock()?;
-        // Under the lock every claim takes: a concurrent create of an
-        // overlapping location has claimed its name (and is seen) or waits.
-        self.check_new_location(name, &entry.uri)?;
-        let path = self.entry_path(name);
-        let claim = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path);
-        match claim {
-            Ok(mut file) => {
-                let json = self.stored_form(&entry);
-                file.write_all(&json)
-                    .and_then(|()| file.sync_all())
-                    .map_err(io(&path))?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(RegistryError::AlreadyExists {
-                    name: name.to_string(),
-                });
-            }
-            Err(e) => return Err(io(&path)(e)),
-        }
-
-        if let Err(e) = self.pin_plugin(name, &declared.sha256, &bytes) {
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
-        }
-        drop(pins);
+        let path = self.claim_entry(name, &entry, &declared.sha256, &bytes)?;
         let created = match Store::create(config.clone()).await {
             Ok(store) => Ok(store),
             // Someone else's data appeared meanwhile: leave it.
@@ -864,6 +834,47 @@ impl Registry {
                 Err(e)
             }
         }
+    }
+
+    /// Claim `name` with `entry` (state `creating`) and pin its plugin
+    /// (`bytes` under `sha256`) together, under the pins lock: a drop
+    /// deciding that the plugin file is unpinned sees this entry, or runs
+    /// before it; a concurrent create or adoption of an overlapping location
+    /// has claimed its name (and is seen here) or waits. The caller holds
+    /// the name lock. The entry's path.
+    pub(crate) fn claim_entry(
+        &self,
+        name: &str,
+        entry: &StoreEntry,
+        sha256: &str,
+        bytes: &[u8],
+    ) -> Result<PathBuf> {
+        let _pins = self.pins_lock()?;
+        self.check_new_location(name, &entry.uri)?;
+        let path = self.entry_path(name);
+        let claim = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path);
+        match claim {
+            Ok(mut file) => {
+                let json = self.stored_form(entry);
+                file.write_all(&json)
+                    .and_then(|()| file.sync_all())
+                    .map_err(io(&path))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(RegistryError::AlreadyExists {
+                    name: name.to_string(),
+                });
+            }
+            Err(e) => return Err(io(&path)(e)),
+        }
+        if let Err(e) = self.pin_plugin(name, sha256, bytes) {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(path)
     }
 
     /// Keep the plugin bytes under their hash (an existing file must hash right).

@@ -151,10 +151,7 @@ impl SchemaSpec {
                         metadata,
                     });
                 }
-                Err(message) => problems.push(SpecProblem {
-                    field: column,
-                    message,
-                }),
+                Err(p) => problems.push(p),
             }
         }
         if !problems.is_empty() {
@@ -174,17 +171,28 @@ struct PreviousColumn {
     vector: Option<(i64, Metric)>,
 }
 
-/// One column of the previous declaration.
-fn previous_column(column: &str, declared: &Value) -> Result<PreviousColumn, String> {
+/// A problem with `column` of the previous declaration.
+fn problem(column: &str, message: impl Into<String>) -> SpecProblem {
+    SpecProblem {
+        field: column.to_string(),
+        message: message.into(),
+    }
+}
+
+/// One column of the previous declaration; a problem names the column.
+fn previous_column(column: &str, declared: &Value) -> Result<PreviousColumn, SpecProblem> {
     let (kind, full) = match declared {
         Value::String(kind) => (kind.as_str(), None),
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
             Some(kind) => (kind, Some(o)),
-            None => return Err("a type needs \"type\"".into()),
+            None => return Err(problem(column, "a type needs \"type\"")),
         },
         other => {
-            return Err(format!(
-                "a type is a name ({PREVIOUS_TYPES}) or an object with \"type\", got {other}"
+            return Err(problem(
+                column,
+                format!(
+                    "a type is a name ({PREVIOUS_TYPES}) or an object with \"type\", got {other}"
+                ),
             ));
         }
     };
@@ -219,11 +227,14 @@ fn previous_column(column: &str, declared: &Value) -> Result<PreviousColumn, Str
         "list" => {
             let item = full
                 .and_then(|o| o.get("item"))
-                .ok_or_else(|| "a list needs \"item\" (a type)".to_string())?;
-            let inner = previous_column(&format!("{column}.item"), item)
-                .map_err(|e| format!("item: {e}"))?;
+                .ok_or_else(|| problem(column, "a list needs \"item\" (a type)"))?;
+            let inner = previous_column(column, item)
+                .map_err(|p| problem(column, format!("item: {}", p.message)))?;
             if inner.vector.is_some() || inner.blob {
-                return Err("a list's item cannot be a vector or a blob".into());
+                return Err(problem(
+                    column,
+                    "a list's item cannot be a vector or a blob",
+                ));
             }
             format!("List({})", inner.data_type)
         }
@@ -232,16 +243,28 @@ fn previous_column(column: &str, declared: &Value) -> Result<PreviousColumn, Str
                 .and_then(|o| o.get("dim"))
                 .and_then(Value::as_i64)
                 .filter(|d| *d > 0)
-                .ok_or_else(|| "a vector needs \"dim\", an integer > 0".to_string())?;
+                .ok_or_else(|| problem(column, "a vector needs \"dim\", an integer > 0"))?;
             let metric = match full.and_then(|o| o.get("metric")) {
                 None | Some(Value::Null) => Metric::L2,
-                Some(Value::String(m)) => Metric::from_str(m).map_err(|e| e.to_string())?,
-                Some(other) => return Err(format!("metric: expected a name, got {other}")),
+                Some(Value::String(m)) => {
+                    Metric::from_str(m).map_err(|e| problem(column, e.to_string()))?
+                }
+                Some(other) => {
+                    return Err(problem(
+                        column,
+                        format!("metric: expected a name, got {other}"),
+                    ));
+                }
             };
             out.vector = Some((dim, metric));
             format!("FixedSizeList({dim} x Float32)")
         }
-        other => return Err(format!("unknown type '{other}' (known: {PREVIOUS_TYPES})")),
+        other => {
+            return Err(problem(
+                column,
+                format!("unknown type '{other}' (known: {PREVIOUS_TYPES})"),
+            ));
+        }
     };
     Ok(out)
 }

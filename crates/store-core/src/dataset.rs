@@ -145,15 +145,20 @@ impl Opener {
             .map_err(|e| Error::from_lance(format!("opening WAL generation {uri}"), None, e))
     }
 
-    /// What is at the URI: nothing, a Lance dataset, or something else.
-    pub async fn probe(&self) -> Result<Location> {
-        let (store, path) = ObjectStore::from_uri_and_params(
+    /// The object store of the URI and the dataset's path in it.
+    async fn object_store(&self) -> Result<(Arc<ObjectStore>, object_store::path::Path)> {
+        ObjectStore::from_uri_and_params(
             Arc::new(ObjectStoreRegistry::default()),
             &self.uri,
             &self.store_params(),
         )
         .await
-        .ctx("resolving the dataset's object store")?;
+        .ctx("resolving the dataset's object store")
+    }
+
+    /// What is at the URI: nothing, a Lance dataset, or something else.
+    pub async fn probe(&self) -> Result<Location> {
+        let (store, path) = self.object_store().await?;
         let entries = match store.read_dir(path).await {
             Ok(entries) => entries,
             Err(e) if e.is_not_found() => return Ok(Location::Empty),
@@ -174,13 +179,7 @@ impl Opener {
     /// The file `_lance_context/<name>` under the URI: its bytes, or `None`
     /// when there is none.
     pub async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let (store, path) = ObjectStore::from_uri_and_params(
-            Arc::new(ObjectStoreRegistry::default()),
-            &self.uri,
-            &self.store_params(),
-        )
-        .await
-        .ctx("resolving the dataset's object store")?;
+        let (store, path) = self.object_store().await?;
         match store
             .read_one_all(&path.clone().join("_lance_context").join(name))
             .await
@@ -193,13 +192,7 @@ impl Opener {
 
     /// Write `_lance_context/<name>` under the URI (replacing it).
     pub async fn write_note(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let (store, path) = ObjectStore::from_uri_and_params(
-            Arc::new(ObjectStoreRegistry::default()),
-            &self.uri,
-            &self.store_params(),
-        )
-        .await
-        .ctx("resolving the dataset's object store")?;
+        let (store, path) = self.object_store().await?;
         store
             .put(&path.clone().join("_lance_context").join(name), bytes)
             .await
@@ -210,13 +203,7 @@ impl Opener {
     /// Delete everything under the URI: every version, index, WAL shard and
     /// generation. Irreversible.
     pub async fn remove(&self) -> Result<()> {
-        let (store, path) = ObjectStore::from_uri_and_params(
-            Arc::new(ObjectStoreRegistry::default()),
-            &self.uri,
-            &self.store_params(),
-        )
-        .await
-        .ctx("resolving the dataset's object store")?;
+        let (store, path) = self.object_store().await?;
         store
             .remove_dir_all(path)
             .await

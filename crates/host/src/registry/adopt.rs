@@ -19,7 +19,7 @@ use lance_context_store::{Location, Store, StoreConfig};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    EntryState, PluginPin, RegistryError, Resolved, Result, SchemaSource, StoreEntry, io,
+    EntryState, PluginPin, RegistryError, Resolved, Result, SchemaSource, StoreEntry,
     resolve_source, store_config, write_atomic,
 };
 use crate::Registry;
@@ -385,6 +385,69 @@ pub(crate) fn compare(stored: &Schema, declared: &Schema, key: &str) -> Vec<Colu
     out
 }
 
+/// Open an adopted dataset with its writer — the old shards taken over:
+/// their WAL replayed, their generations merged — write the missing
+/// supersession back-links, count, close: (generations merged, links
+/// written, rows).
+async fn open_adopted(
+    config: StoreConfig,
+) -> std::result::Result<(u64, usize, u64), lance_context_store::Error> {
+    let store = Store::open(config).await?;
+    let merged = store.taken_over();
+    let links = store.link_superseded(true).await?;
+    let rows = store.count(None).await?;
+    store.close().await?;
+    Ok((merged.generations_merged as u64, links, rows))
+}
+
+/// A schema chosen for an adoption: the source, its parameters, and why,
+/// when it was inferred.
+type Chosen = (SchemaSource, Vec<(String, String)>, Option<String>);
+
+/// The schema to adopt with: `options.source`, or inferred from the
+/// dataset (the previous GenericStore's recorded declaration, else a
+/// built-in schema by its columns); with the context plugin, the dataset's
+/// own parameters under those given. Also why, when inferred.
+fn choose_schema(name: &str, uri: &str, options: &AdoptOptions, stored: &Schema) -> Result<Chosen> {
+    let (source, inferred_from) = match options.source.clone() {
+        Some(source) => (source, None),
+        None => match stored.metadata().get(PREVIOUS_SPEC_METADATA) {
+            Some(text) => (
+                SchemaSource::Spec(SchemaSpec::from_previous(name, text)?),
+                Some(format!(
+                    "its {PREVIOUS_SPEC_METADATA} metadata: the previous GenericStore's declaration"
+                )),
+            ),
+            None => match infer_builtin(stored) {
+                Some((builtin, why)) => (SchemaSource::Builtin(builtin.into()), Some(why)),
+                None => {
+                    return Err(RegistryError::CannotInfer {
+                        uri: uri.to_string(),
+                        reason: format!(
+                            "it has no {PREVIOUS_SPEC_METADATA} metadata and not the columns of a built-in schema (columns: {})",
+                            stored
+                                .fields()
+                                .iter()
+                                .map(|f| f.name().as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    });
+                }
+            },
+        },
+    };
+    let mut params = options.params.clone();
+    if matches!(&source, SchemaSource::Builtin(b) if b == "context") {
+        for (k, v) in infer_context_params(stored) {
+            if !params.iter().any(|(given, _)| *given == k) {
+                params.push((k, v));
+            }
+        }
+    }
+    Ok((source, params, inferred_from))
+}
+
 impl Registry {
     /// Register the existing dataset at `options.uri` as store `name`.
     ///
@@ -434,48 +497,7 @@ impl Registry {
         }
         let stored = Store::dataset_schema(&probe_config).await?;
 
-        // The schema: given, or inferred from the dataset.
-        let (source, mut params, inferred_from) = match options.source.clone() {
-            Some(source) => (source, options.params.clone(), None),
-            None => match stored.metadata().get(PREVIOUS_SPEC_METADATA) {
-                Some(text) => (
-                    SchemaSource::Spec(SchemaSpec::from_previous(name, text)?),
-                    options.params.clone(),
-                    Some(format!(
-                        "its {PREVIOUS_SPEC_METADATA} metadata: the previous GenericStore's declaration"
-                    )),
-                ),
-                None => match infer_builtin(&stored) {
-                    Some((builtin, why)) => (
-                        SchemaSource::Builtin(builtin.into()),
-                        options.params.clone(),
-                        Some(why),
-                    ),
-                    None => {
-                        return Err(RegistryError::CannotInfer {
-                            uri,
-                            reason: format!(
-                                "it has no {PREVIOUS_SPEC_METADATA} metadata and not the columns of a built-in schema (columns: {})",
-                                stored
-                                    .fields()
-                                    .iter()
-                                    .map(|f| f.name().as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        });
-                    }
-                },
-            },
-        };
-        // The dataset's own parameters, under those given.
-        if matches!(&source, SchemaSource::Builtin(b) if b == "context") {
-            for (k, v) in infer_context_params(&stored) {
-                if !params.iter().any(|(given, _)| *given == k) {
-                    params.push((k, v));
-                }
-            }
-        }
+        let (source, params, inferred_from) = choose_schema(name, &uri, &options, &stored)?;
         let resolved: Resolved = resolve_source(&source, &params)?;
         let (plugin, _warnings) = self.load_and_probe(&resolved, &source, None).await?;
         let declared = plugin.declaration().clone();
@@ -563,42 +585,9 @@ impl Registry {
 
         // Claim the name and pin the plugin (as a create does), then open.
         let _name = self.name_lock(name).await?;
-        let pins = self.pins_lock()?;
-        self.check_new_location(name, &uri)?;
-        let path = self.entry_path(name);
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(mut file) => {
-                use std::io::Write as _;
-                file.write_all(&self.stored_form(&entry))
-                    .and_then(|()| file.sync_all())
-                    .map_err(io(&path))?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(RegistryError::AlreadyExists {
-                    name: name.to_string(),
-                });
-            }
-            Err(e) => return Err(io(&path)(e)),
-        }
-        if let Err(e) = self.pin_plugin(name, &declared.sha256, &resolved.bytes) {
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
-        }
-        drop(pins);
+        let path = self.claim_entry(name, &entry, &declared.sha256, &resolved.bytes)?;
         // The data is the user's: a failure frees the name and leaves it.
-        let adopted = async {
-            let store = Store::open(config).await?;
-            let merged = store.taken_over();
-            let links = store.link_superseded(true).await?;
-            let rows = store.count(None).await?;
-            store.close().await?;
-            Ok::<_, lance_context_store::Error>((merged.generations_merged as u64, links, rows))
-        }
-        .await;
+        let adopted = open_adopted(config).await;
         match adopted {
             Ok((generations, links, rows)) => {
                 entry.state = EntryState::Ready;

@@ -483,13 +483,7 @@ async fn create_store(
     authorize(&state.config.tokens, &headers, None, Role::Admin)?;
     // A create's body carries a component (megabytes of base64): parsed
     // and decoded off the async workers, as the load is.
-    let bytes = read_body(&state, body).await?;
-    let create: CreateStore = tokio::task::spawn_blocking(move || {
-        serde_json::from_slice::<CreateStore>(&bytes)
-            .map_err(|e| ApiError::invalid(format!("the body: {e}")))
-    })
-    .await
-    .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("reading the body: {e}")))??;
+    let create: CreateStore = large_json_body(&state, body).await?;
     authorize(
         &state.config.tokens,
         &headers,
@@ -526,6 +520,20 @@ async fn create_store(
     }))));
     state.stores.lock().await.insert(create.name.clone(), cell);
     Ok((StatusCode::CREATED, Json(info(entry))).into_response())
+}
+
+/// [`json_body`] parsed off the async workers: a create's or adoption's
+/// body may carry a component (megabytes of base64).
+async fn large_json_body<T: serde::de::DeserializeOwned + Send + 'static>(
+    state: &Shared,
+    body: Body,
+) -> Result<T, ApiError> {
+    let bytes = read_body(state, body).await?;
+    tokio::task::spawn_blocking(move || {
+        serde_json::from_slice::<T>(&bytes).map_err(|e| ApiError::invalid(format!("the body: {e}")))
+    })
+    .await
+    .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("reading the body: {e}")))?
 }
 
 /// The schema source of a create or adopt body: at most one of a built-in
@@ -594,13 +602,7 @@ async fn adopt_store(
             "adopting a dataset needs an admin token not limited to named stores (it reaches data that is no store's yet)",
         ));
     }
-    let bytes = read_body(&state, body).await?;
-    let adopt: AdoptStore = tokio::task::spawn_blocking(move || {
-        serde_json::from_slice::<AdoptStore>(&bytes)
-            .map_err(|e| ApiError::invalid(format!("the body: {e}")))
-    })
-    .await
-    .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("reading the body: {e}")))??;
+    let adopt: AdoptStore = large_json_body(&state, body).await?;
     check_request_uri(&state, &adopt.uri)?;
     let source = schema_source(&name, adopt.plugin, adopt.plugin_wasm_base64, adopt.spec).await?;
     let options = crate::AdoptOptions {

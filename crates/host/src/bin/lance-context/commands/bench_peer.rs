@@ -164,6 +164,14 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
     for s in &mut samples {
         s.sort_by(f64::total_cmp);
     }
+    report(&names, &samples);
+    Ok(())
+}
+
+/// The table (p50, p99, ratios to the floor and to the previous
+/// implementation), where the host's time goes, and the goals; `samples`
+/// sorted, in the order of `names`.
+fn report(names: &[&str], samples: &[Vec<f64>]) {
     let p50: Vec<f64> = samples.iter().map(|s| pct(s, 0.5)).collect();
     let floor = p50[2];
     let previous = p50[4];
@@ -211,7 +219,6 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
             false => format!("{:.2}× {}", p50[0] / previous, goal(p50[0] <= previous)),
         }
     );
-    Ok(())
 }
 
 /// Adds through a spec store (plugin and engine), one record each.
@@ -321,24 +328,17 @@ async fn floor_adds(
 
 /// The previous implementation's `GenericStore.add` with `seal_on_add`.
 fn peer_adds(python: &Path, dir: &Path, n: usize) -> Result<Vec<f64>> {
-    let script = dir.join("peer.py");
-    std::fs::write(&script, PEER_SCRIPT)?;
-    let out = std::process::Command::new(python)
-        .arg(&script)
-        .arg(dir.join("peer.lance"))
-        .arg(PEER_SCHEMA)
-        .arg(n.to_string())
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    ensure!(
-        out.status.success(),
-        "the previous implementation failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .last()
-            .unwrap_or("")
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim().lines().last().unwrap_or(""))
-        .context("reading the previous implementation's times")
+    let uri = dir.join("peer.lance");
+    let n = n.to_string();
+    let line = super::bench_search::run_peer(
+        python,
+        dir,
+        PEER_SCRIPT,
+        &[
+            uri.as_os_str(),
+            std::ffi::OsStr::new(PEER_SCHEMA),
+            std::ffi::OsStr::new(&n),
+        ],
+    )?;
+    serde_json::from_str(&line).context("reading the previous implementation's times")
 }

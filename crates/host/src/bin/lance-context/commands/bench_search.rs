@@ -572,6 +572,34 @@ pub fn peer_python(given: Option<&Path>) -> Option<PathBuf> {
     Some(python)
 }
 
+/// Run `script` (written to `dir/peer.py`) with the previous
+/// implementation's `python` and `args`: the last line it printed, or an
+/// error with the last line of its stderr.
+pub fn run_peer(
+    python: &Path,
+    dir: &Path,
+    script: &str,
+    args: &[&std::ffi::OsStr],
+) -> Result<String> {
+    let path = dir.join("peer.py");
+    std::fs::write(&path, script)?;
+    let out = std::process::Command::new(python)
+        .arg(&path)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    ensure!(
+        out.status.success(),
+        "the previous implementation failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Ok(stdout.trim().lines().last().unwrap_or("").to_string())
+}
+
 /// The previous implementation's p50 (ms) for vector, text and hybrid; `None`
 /// with a message printed when it is not available.
 fn peer(
@@ -604,28 +632,20 @@ fn peer(
         &queries,
         serde_json::to_vec(&serde_json::json!({"vectors": q.vectors, "texts": q.texts}))?,
     )?;
-    let script = dir.join("peer.py");
-    std::fs::write(&script, PEER_SCRIPT)?;
     println!("previous implementation: loading {rows} records …");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(&records)
-        .arg(&queries)
-        .arg(dir.join("ctx.lance"))
-        .arg(dim.to_string())
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    ensure!(
-        out.status.success(),
-        "the previous implementation failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .last()
-            .unwrap_or("")
-    );
-    let line = String::from_utf8_lossy(&out.stdout);
-    let figures: Vec<f64> = serde_json::from_str(line.trim().lines().last().unwrap_or(""))
-        .context("reading the previous implementation's figures")?;
+    let line = run_peer(
+        &python,
+        &dir,
+        PEER_SCRIPT,
+        &[
+            records.as_os_str(),
+            queries.as_os_str(),
+            dir.join("ctx.lance").as_os_str(),
+            std::ffi::OsStr::new(&dim.to_string()),
+        ],
+    )?;
+    let figures: Vec<f64> =
+        serde_json::from_str(&line).context("reading the previous implementation's figures")?;
     ensure!(
         figures.len() == 3,
         "expected three figures, got {figures:?}"
