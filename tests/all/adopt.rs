@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use lance_context_client::StoreApi as _;
 use serde_json::{Value, json};
 
 use crate::server::ServerProc;
@@ -718,7 +719,7 @@ async fn adoption_over_rest_is_for_admins_inside_the_allowed_prefixes() {
         .list("runs", &lance_context_client::ListParams::default())
         .await
         .unwrap();
-    assert_eq!(page.records.len(), 60);
+    assert_eq!(page.records.values().unwrap().len(), 60);
 
     let mut wrong =
         lance_context_client::AdoptStore::new(old.join("generic.lance").to_str().unwrap());

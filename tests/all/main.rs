@@ -7,6 +7,7 @@ mod support;
 mod adopt;
 mod authoring;
 mod cli;
+mod conformance;
 mod crash;
 mod fencing;
 mod fuzz;

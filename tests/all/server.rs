@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use lance_context_client::{Client, CreateStore, ListParams, QueryResult, SearchRequest};
+use lance_context_client::{Client, CreateStore, ListParams, QueryResult, SearchRequest, StoreApi};
 use serde_json::{Value, json};
 
 use crate::support::{cli_binary, compile_cache};
@@ -130,7 +130,12 @@ async fn every_store_is_served_through_the_client() {
     assert_eq!(m2["sequence_order"], 2);
     assert_eq!(m2["role"], "assistant", "the plugin's transform filled it");
     assert!(c.get("runs", "nope").await.unwrap().is_none());
-    let many = c.get_many("runs", &["m4", "zz", "m0"]).await.unwrap();
+    let many = c
+        .get_many("runs", &["m4", "zz", "m0"])
+        .await
+        .unwrap()
+        .values()
+        .unwrap();
     assert_eq!(many.len(), 2);
     match c
         .query("runs", "trajectory", &[("rollout_id", "r1")])
@@ -139,6 +144,8 @@ async fn every_store_is_served_through_the_client() {
     {
         QueryResult::Records { records } => {
             let order: Vec<i64> = records
+                .values()
+                .unwrap()
                 .iter()
                 .map(|r| r["sequence_order"].as_i64().unwrap())
                 .collect();
@@ -163,12 +170,13 @@ async fn every_store_is_served_through_the_client() {
     };
     loop {
         let page = c.list("tickets", &params).await.unwrap();
+        let records = page.records.values().unwrap();
         seen.extend(
-            page.records
+            records
                 .iter()
                 .map(|r| r["id"].as_str().unwrap().to_string()),
         );
-        assert_eq!(page.records[0]["data"], "3q2+7w==", "binary as base64");
+        assert_eq!(records[0]["data"], "3q2+7w==", "binary as base64");
         match page.next_cursor {
             Some(cursor) => params.cursor = Some(cursor),
             None => break,
@@ -190,14 +198,15 @@ async fn every_store_is_served_through_the_client() {
         )
         .await
         .unwrap();
-    assert_eq!(filtered.records.len(), 5);
-    assert_eq!(filtered.records[0]["n"], 24);
+    let filtered = filtered.records.values().unwrap();
+    assert_eq!(filtered.len(), 5);
+    assert_eq!(filtered[0]["n"], 24);
     match c
         .query("tickets", "by_team", &[("team", "a")])
         .await
         .unwrap()
     {
-        QueryResult::Records { records } => assert_eq!(records.len(), 13),
+        QueryResult::Records { records } => assert_eq!(records.values().unwrap().len(), 13),
         other => panic!("{other:?}"),
     }
     let deleted = c.delete("tickets", "t00").await.unwrap();
@@ -221,6 +230,8 @@ async fn every_store_is_served_through_the_client() {
             &SearchRequest::vector("embedding", vec![7.0, 0.0, 1.0, 0.5], 3),
         )
         .await
+        .unwrap()
+        .values()
         .unwrap();
     assert_eq!(near[0]["id"], "c7");
     // Text search and hybrid retrieval through the server: the same typed
@@ -228,6 +239,8 @@ async fn every_store_is_served_through_the_client() {
     let words = c
         .search("mem", &SearchRequest::text("text_payload", "note", 3))
         .await
+        .unwrap()
+        .values()
         .unwrap();
     assert_eq!(words.len(), 3, "{words:?}");
     assert!(
@@ -256,6 +269,8 @@ async fn every_store_is_served_through_the_client() {
             },
         )
         .await
+        .unwrap()
+        .values()
         .unwrap();
     assert_eq!(fused.len(), 1, "{fused:?}");
     assert_eq!(fused[0]["id"], "c7");
@@ -604,7 +619,12 @@ async fn shutdown_and_restart_keep_every_acknowledged_add() {
     let mut missing = Vec::new();
     for chunk in acked.chunks(500) {
         let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        let found = c.get_many("tickets", &keys).await.unwrap();
+        let found = c
+            .get_many("tickets", &keys)
+            .await
+            .unwrap()
+            .values()
+            .unwrap();
         if found.len() != keys.len() {
             let got: std::collections::HashSet<&str> =
                 found.iter().map(|r| r["id"].as_str().unwrap()).collect();
@@ -937,8 +957,14 @@ async fn the_cli_works_through_a_server() {
     .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 30);
-    let (code, _, err) = run(vec!["merge".into(), "tickets".into()], String::new()).await;
+    // Maintenance goes through the server as well; what needs the data
+    // root is refused, saying so.
+    let (code, out, err) = run(vec!["merge".into(), "tickets".into()], String::new()).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("merged"), "{out}");
+    let (code, _, err) = run(vec!["versions".into(), "tickets".into()], String::new()).await;
     assert_eq!(code, 2, "not over --server: {err}");
+    assert!(err.contains("needs the data root"), "{err}");
 }
 
 /// Findings of a review, each reproduced here: a half-sent request does not

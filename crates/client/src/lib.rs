@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lance_context_client::ClientError> {
-//! use lance_context_client::{Client, CreateStore};
+//! use lance_context_client::{Client, CreateStore, StoreApi};
 //! let client = Client::new("http://127.0.0.1:8080").with_token("secret");
 //! client.create_store(&CreateStore::builtin("runs", "rollout")).await?;
 //! client
@@ -23,7 +23,11 @@
 
 #![warn(missing_docs)]
 
+mod api;
+
 use std::collections::BTreeMap;
+
+pub use api::{ApiResult, RecordsBody, Rows, StoreApi};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -274,7 +278,7 @@ pub struct Added {
 pub struct Page {
     /// The records.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
-    pub records: Vec<Value>,
+    pub records: Rows,
     /// Pass as `cursor` for the next page; absent on the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
@@ -286,7 +290,7 @@ pub struct Page {
 pub struct Records {
     /// The records.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
-    pub records: Vec<Value>,
+    pub records: Rows,
 }
 
 /// `POST …/lookup`: records by key.
@@ -365,7 +369,7 @@ pub struct QueryRequest {
 }
 
 /// The answer of a named query: records, or a reducing query's JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum QueryResult {
@@ -373,14 +377,63 @@ pub enum QueryResult {
     Reduced {
         /// The plugin's JSON.
         #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-        result: Value,
+        result: Box<serde_json::value::RawValue>,
     },
     /// The rows of the query.
     Records {
         /// The records.
         #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
-        records: Vec<Value>,
+        records: Rows,
     },
+}
+
+impl QueryResult {
+    /// The records, when the query answers records.
+    pub fn records(&self) -> Option<&Rows> {
+        match self {
+            Self::Records { records } => Some(records),
+            Self::Reduced { .. } => None,
+        }
+    }
+
+    /// The reduced JSON, when the query reduces.
+    pub fn reduced(&self) -> Option<Value> {
+        match self {
+            Self::Reduced { result } => serde_json::from_str(result.get()).ok(),
+            Self::Records { .. } => None,
+        }
+    }
+}
+
+impl PartialEq for QueryResult {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Records { records: a }, Self::Records { records: b }) => a == b,
+            (Self::Reduced { .. }, Self::Reduced { .. }) => self.reduced() == other.reduced(),
+            _ => false,
+        }
+    }
+}
+
+// Untagged, by hand: a raw value cannot be read through serde's buffered
+// untagged form.
+impl<'de> Deserialize<'de> for QueryResult {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let value = Value::deserialize(d)?;
+        let raw = |v: &Value| serde_json::value::RawValue::from_string(v.to_string());
+        match (value.get("result"), value.get("records")) {
+            (Some(result), None) => Ok(Self::Reduced {
+                result: raw(result).map_err(D::Error::custom)?,
+            }),
+            (None, Some(records)) => Ok(Self::Records {
+                records: Rows::from_json(records.to_string()).map_err(D::Error::custom)?,
+            }),
+            _ => Err(D::Error::custom(
+                "a query's answer has exactly one of `result` and `records`",
+            )),
+        }
+    }
 }
 
 /// `POST …/search`: nearest neighbours in a vector column (`vector`), or the
@@ -419,7 +472,22 @@ pub struct SearchRequest {
     pub nprobes: Option<usize>,
 }
 
+/// The first element of `vector` that is not a finite number, as the
+/// API's message.
+fn non_finite<'a>(what: &str, mut vector: impl Iterator<Item = &'a f32>) -> Option<String> {
+    vector
+        .position(|v| !v.is_finite())
+        .map(|i| format!("{what}: element {i} is not a finite Float32"))
+}
+
 impl SearchRequest {
+    /// What JSON cannot carry: a query vector element that is not a finite
+    /// number (NaN, ±∞). Every implementation refuses it with this message
+    /// (`invalid_input`), the client before sending.
+    pub fn non_finite(&self) -> Option<String> {
+        non_finite("vector", self.vector.iter().flatten())
+    }
+
     /// The `k` nearest rows to `vector` in `column`.
     pub fn vector(column: &str, vector: Vec<f32>, k: usize) -> Self {
         Self {
@@ -552,6 +620,21 @@ pub struct RetrieveRequest {
     /// Typed conditions applied in every leg.
     #[serde(default, rename = "where", skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+impl RetrieveRequest {
+    /// What JSON cannot carry: a non-finite element of the vector leg, or a
+    /// non-finite `rrf_k`. Every implementation refuses it with this message
+    /// (`invalid_input`), the client before sending.
+    pub fn non_finite(&self) -> Option<String> {
+        if let Some(k) = self.rrf_k.filter(|k| !k.is_finite()) {
+            return Some(format!("rrf_k must be a finite number ≥ 0, got {k}"));
+        }
+        non_finite(
+            "vector",
+            self.vector.iter().flat_map(|leg| leg.vector.iter()),
+        )
+    }
 }
 
 /// The vector leg of a retrieval.
@@ -738,6 +821,30 @@ pub struct CompactionReport {
 pub struct Indexed {
     /// The vector columns indexed.
     pub indexed: Vec<String>,
+    /// Each index built, in the same order.
+    #[serde(default)]
+    pub indexes: Vec<IndexBuilt>,
+}
+
+/// One vector index built by `POST …/index`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IndexBuilt {
+    /// The vector column.
+    pub column: String,
+    /// How long the build took.
+    pub seconds: f64,
+    /// Whether it covers every row of the base table. It does not when the
+    /// base table had too few rows to train it (it then covers none, and
+    /// searches stay exact until a merge brings enough), or when fragments
+    /// were written meanwhile (the next merge extends it).
+    pub covers_all_rows: bool,
+    /// Base-table fragments it does not cover.
+    pub unindexed_fragments: u64,
+    /// Base-table fragments in all.
+    pub fragments: u64,
+    /// Rows in the base table.
+    pub rows_in_base: u64,
 }
 
 /// What `DELETE /api/v1/stores/{name}` removed.
@@ -821,6 +928,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// An API error (what the embedded implementation answers, as the
+    /// server would).
+    pub fn api(status: u16, code: &str, message: impl Into<String>) -> Self {
+        Self::Api {
+            status,
+            error: ApiError {
+                code: code.to_string(),
+                message: message.into(),
+                details: Value::Null,
+            },
+        }
+    }
+
     /// The HTTP status, when the server answered.
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -927,193 +1047,6 @@ impl Client {
             .await
     }
 
-    /// Create a store.
-    pub async fn create_store(&self, create: &CreateStore) -> Result<StoreInfo> {
-        self.send(self.http.post(self.url("/stores")).json(create))
-            .await
-    }
-
-    /// Adopt an existing dataset as store `name` (admin): a refusal is
-    /// [`ClientError::Api`] with the report in `details.adopt_report`.
-    pub async fn adopt(&self, name: &str, request: &AdoptStore) -> Result<Adopted> {
-        self.send(self.http.post(self.store(name, "/adopt")).json(request))
-            .await
-    }
-
-    /// The stores the caller may see.
-    pub async fn list_stores(&self) -> Result<Vec<StoreInfo>> {
-        let list: StoreList = self.send(self.http.get(self.url("/stores"))).await?;
-        Ok(list.stores)
-    }
-
-    /// One store's entry.
-    pub async fn describe_store(&self, name: &str) -> Result<StoreInfo> {
-        self.send(self.http.get(self.store(name, ""))).await
-    }
-
-    /// Drop a store: its data and its entry.
-    pub async fn drop_store(&self, name: &str) -> Result<Dropped> {
-        self.send(self.http.delete(self.store(name, ""))).await
-    }
-
-    /// Add records (durable and visible when this returns).
-    pub async fn add(&self, name: &str, records: &[Value]) -> Result<Added> {
-        self.send(self.http.post(self.store(name, "/records")).json(records))
-            .await
-    }
-
-    /// Add records as an Arrow IPC stream (bulk).
-    pub async fn add_arrow(&self, name: &str, ipc_stream: Vec<u8>) -> Result<Added> {
-        self.send(
-            self.http
-                .post(self.store(name, "/records"))
-                .header("content-type", "application/vnd.apache.arrow.stream")
-                .body(ipc_stream),
-        )
-        .await
-    }
-
-    /// The record with this key; `None` when there is none.
-    pub async fn get(&self, name: &str, key: &str) -> Result<Option<Value>> {
-        match self
-            .send(
-                self.http
-                    .get(self.store(name, &format!("/records/{}", seg(key)))),
-            )
-            .await
-        {
-            Ok(v) => Ok(Some(v)),
-            Err(ClientError::Api { status: 404, error }) if error.code == "not_found" => {
-                if error.details.get("key").is_some() {
-                    Ok(None)
-                } else {
-                    Err(ClientError::Api { status: 404, error })
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The records with these keys (those that exist, in the order asked).
-    pub async fn get_many(&self, name: &str, keys: &[&str]) -> Result<Vec<Value>> {
-        let body = GetMany {
-            keys: keys.iter().map(|k| k.to_string()).collect(),
-        };
-        let records: Records = self
-            .send(self.http.post(self.store(name, "/lookup")).json(&body))
-            .await?;
-        Ok(records.records)
-    }
-
-    /// A page of records.
-    pub async fn list(&self, name: &str, params: &ListParams) -> Result<Page> {
-        self.send(self.http.get(self.store(name, "/records")).query(params))
-            .await
-    }
-
-    /// Delete a record by key.
-    pub async fn delete(&self, name: &str, key: &str) -> Result<Deleted> {
-        self.send(
-            self.http
-                .delete(self.store(name, &format!("/records/{}", seg(key)))),
-        )
-        .await
-    }
-
-    /// Insert or supersede records by the schema's secondary key.
-    pub async fn upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
-        self.send(self.http.post(self.store(name, "/upsert")).json(records))
-            .await
-    }
-
-    /// What [`Self::upsert`] of `records` would do now, checked through the
-    /// plugin and the store, with nothing written (`?dry_run=true`).
-    pub async fn check_upsert(&self, name: &str, records: &[Value]) -> Result<UpsertResult> {
-        let params = UpsertParams {
-            dry_run: Some(true),
-        };
-        self.send(
-            self.http
-                .post(self.store(name, "/upsert"))
-                .query(&params)
-                .json(records),
-        )
-        .await
-    }
-
-    /// Patch a record: a new version with these fields changed.
-    pub async fn patch(&self, name: &str, key: &str, fields: &Value) -> Result<Patched> {
-        self.send(
-            self.http
-                .patch(self.store(name, &format!("/records/{}", seg(key))))
-                .json(fields),
-        )
-        .await
-    }
-
-    /// Run one of the schema's named queries.
-    pub async fn query(
-        &self,
-        name: &str,
-        query: &str,
-        args: &[(&str, &str)],
-    ) -> Result<QueryResult> {
-        let body = QueryRequest {
-            args: args
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        self.send(
-            self.http
-                .post(self.store(name, &format!("/queries/{}", seg(query))))
-                .json(&body),
-        )
-        .await
-    }
-
-    /// Nearest neighbours (with `_distance`), or the best text matches (with
-    /// `_score`).
-    pub async fn search(&self, name: &str, request: &SearchRequest) -> Result<Vec<Value>> {
-        let records: Records = self
-            .send(self.http.post(self.store(name, "/search")).json(request))
-            .await?;
-        Ok(records.records)
-    }
-
-    /// Hybrid retrieval (vector and text legs fused by RRF).
-    pub async fn retrieve(&self, name: &str, request: &RetrieveRequest) -> Result<Vec<Value>> {
-        let records: Records = self
-            .send(self.http.post(self.store(name, "/retrieve")).json(request))
-            .await?;
-        Ok(records.records)
-    }
-
-    /// Merge the write-ahead tier now; what the merge did.
-    pub async fn merge(&self, name: &str) -> Result<MergeReport> {
-        self.send(self.http.post(self.store(name, "/merge"))).await
-    }
-
-    /// Compact the base table now; what the compaction did.
-    pub async fn compact(&self, name: &str) -> Result<CompactionReport> {
-        self.send(self.http.post(self.store(name, "/compact")))
-            .await
-    }
-
-    /// Build the vector index of one column (all declared ones when `None`).
-    pub async fn index(&self, name: &str, column: Option<&str>) -> Result<Indexed> {
-        let body = IndexRequest {
-            column: column.map(str::to_string),
-        };
-        self.send(self.http.post(self.store(name, "/index")).json(&body))
-            .await
-    }
-
-    /// The store's state.
-    pub async fn stats(&self, name: &str) -> Result<StoreStatus> {
-        self.send(self.http.get(self.store(name, "/stats"))).await
-    }
-
     /// The raw response of any request (tests of malformed bodies).
     pub async fn raw(
         &self,
@@ -1139,5 +1072,166 @@ impl Client {
             .await?;
         let status = response.status().as_u16();
         Ok((status, response.bytes().await?.to_vec()))
+    }
+}
+
+impl StoreApi for Client {
+    async fn create_store(&self, create: &CreateStore) -> Result<StoreInfo> {
+        self.send(self.http.post(self.url("/stores")).json(create))
+            .await
+    }
+
+    async fn adopt(&self, name: &str, request: &AdoptStore) -> Result<Adopted> {
+        self.send(self.http.post(self.store(name, "/adopt")).json(request))
+            .await
+    }
+
+    async fn list_stores(&self) -> Result<Vec<StoreInfo>> {
+        let list: StoreList = self.send(self.http.get(self.url("/stores"))).await?;
+        Ok(list.stores)
+    }
+
+    async fn describe_store(&self, name: &str) -> Result<StoreInfo> {
+        self.send(self.http.get(self.store(name, ""))).await
+    }
+
+    async fn drop_store(&self, name: &str) -> Result<Dropped> {
+        self.send(self.http.delete(self.store(name, ""))).await
+    }
+
+    async fn add_records(&self, name: &str, records: RecordsBody) -> Result<Added> {
+        self.send(
+            self.http
+                .post(self.store(name, "/records"))
+                .header("content-type", records.content_type())
+                .body(records.into_bytes()),
+        )
+        .await
+    }
+
+    async fn get(&self, name: &str, key: &str) -> Result<Option<Value>> {
+        match self
+            .send(
+                self.http
+                    .get(self.store(name, &format!("/records/{}", seg(key)))),
+            )
+            .await
+        {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, error }) if error.code == "not_found" => {
+                if error.details.get("key").is_some() {
+                    Ok(None)
+                } else {
+                    Err(ClientError::Api { status: 404, error })
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn get_many(&self, name: &str, keys: &[&str]) -> Result<Rows> {
+        let body = GetMany {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        let records: Records = self
+            .send(self.http.post(self.store(name, "/lookup")).json(&body))
+            .await?;
+        Ok(records.records)
+    }
+
+    async fn list(&self, name: &str, params: &ListParams) -> Result<Page> {
+        self.send(self.http.get(self.store(name, "/records")).query(params))
+            .await
+    }
+
+    async fn delete(&self, name: &str, key: &str) -> Result<Deleted> {
+        self.send(
+            self.http
+                .delete(self.store(name, &format!("/records/{}", seg(key)))),
+        )
+        .await
+    }
+
+    async fn upsert_records(
+        &self,
+        name: &str,
+        records: &[Value],
+        dry_run: bool,
+    ) -> Result<UpsertResult> {
+        let params = UpsertParams {
+            dry_run: dry_run.then_some(true),
+        };
+        self.send(
+            self.http
+                .post(self.store(name, "/upsert"))
+                .query(&params)
+                .json(records),
+        )
+        .await
+    }
+
+    async fn patch(&self, name: &str, key: &str, fields: &Value) -> Result<Patched> {
+        self.send(
+            self.http
+                .patch(self.store(name, &format!("/records/{}", seg(key))))
+                .json(fields),
+        )
+        .await
+    }
+
+    async fn query(&self, name: &str, query: &str, args: &[(&str, &str)]) -> Result<QueryResult> {
+        let body = QueryRequest {
+            args: args
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        self.send(
+            self.http
+                .post(self.store(name, &format!("/queries/{}", seg(query))))
+                .json(&body),
+        )
+        .await
+    }
+
+    async fn search(&self, name: &str, request: &SearchRequest) -> Result<Rows> {
+        if let Some(message) = request.non_finite() {
+            return Err(ClientError::api(400, "invalid_input", message));
+        }
+        let records: Records = self
+            .send(self.http.post(self.store(name, "/search")).json(request))
+            .await?;
+        Ok(records.records)
+    }
+
+    async fn retrieve(&self, name: &str, request: &RetrieveRequest) -> Result<Rows> {
+        if let Some(message) = request.non_finite() {
+            return Err(ClientError::api(400, "invalid_input", message));
+        }
+        let records: Records = self
+            .send(self.http.post(self.store(name, "/retrieve")).json(request))
+            .await?;
+        Ok(records.records)
+    }
+
+    async fn merge(&self, name: &str) -> Result<MergeReport> {
+        self.send(self.http.post(self.store(name, "/merge"))).await
+    }
+
+    async fn compact(&self, name: &str) -> Result<CompactionReport> {
+        self.send(self.http.post(self.store(name, "/compact")))
+            .await
+    }
+
+    async fn index(&self, name: &str, column: Option<&str>) -> Result<Indexed> {
+        let body = IndexRequest {
+            column: column.map(str::to_string),
+        };
+        self.send(self.http.post(self.store(name, "/index")).json(&body))
+            .await
+    }
+
+    async fn stats(&self, name: &str) -> Result<StoreStatus> {
+        self.send(self.http.get(self.store(name, "/stats"))).await
     }
 }

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+mod api;
 mod kind;
 mod named;
 mod pipeline;
@@ -25,6 +26,7 @@ mod reports;
 pub mod search;
 mod server;
 
+pub use api::{Embedded, EmbeddedConfig, Residency};
 pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;
 pub use named::{NamedStore, QueryFailure};

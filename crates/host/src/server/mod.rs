@@ -12,7 +12,6 @@
 mod auth;
 mod connections;
 mod error;
-mod records;
 mod routes;
 mod watched;
 
@@ -22,13 +21,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use auth::{Role, Token, TokensFile};
 
-use crate::{NamedStore, PluginLimits, PluginRuntime, Registry, RegistryError};
+use crate::{
+    Embedded, EmbeddedConfig, PluginLimits, PluginRuntime, Registry, RegistryError, Residency,
+};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -136,21 +135,12 @@ impl ServerError {
     }
 }
 
-/// A store the server holds open.
-#[derive(Debug)]
-pub(crate) struct OpenStore {
-    pub named: NamedStore,
-    pub slots: Arc<Semaphore>,
-}
-
-/// What every handler shares.
+/// What every handler shares: the embedded store API and the server's
+/// configuration (tokens, body limit, timeouts).
 #[derive(Debug)]
 pub(crate) struct AppState {
-    pub registry: Registry,
-    /// Open stores by name; a cell each, filled by the first request.
-    pub stores: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<OpenStore>>>>>,
+    pub api: Embedded,
     pub config: ServerConfig,
-    pub tasks: TaskTracker,
 }
 
 /// A bound server, not yet serving.
@@ -177,14 +167,21 @@ impl Server {
             lance_context_store::CanonicalLocation::of(prefix).map_err(RegistryError::from)?;
         }
         let listener = tokio::net::TcpListener::bind(config.addr).await?;
+        let api = Embedded::new(
+            registry,
+            EmbeddedConfig {
+                storage_options: config.storage_options.clone(),
+                store_concurrency: config.store_concurrency,
+                queue_wait: config.queue_wait,
+                deadline: Some(config.request_timeout),
+                // A caller of the API goes only where the operator allows.
+                allowed_uri_prefixes: Some(config.uri_prefixes(&config.root)),
+                residency: Residency::Resident,
+            },
+        );
         Ok(Self {
             listener,
-            state: Arc::new(AppState {
-                registry,
-                stores: Mutex::new(HashMap::new()),
-                config,
-                tasks: TaskTracker::new(),
-            }),
+            state: Arc::new(AppState { api, config }),
         })
     }
 
@@ -228,26 +225,12 @@ impl Server {
             signalled.cancel();
         });
         connections::serve(self.listener, app, limits, signal).await;
-        // The store operations requests started run to their end.
-        state.tasks.close();
-        state.tasks.wait().await;
-        let stores: Vec<Arc<OpenStore>> = state
-            .stores
-            .lock()
+        // The store operations requests started run to their end; then
+        // every store is closed.
+        state
+            .api
+            .shutdown()
             .await
-            .drain()
-            .filter_map(|(_, cell)| cell.get().cloned())
-            .collect();
-        let mut first_error = None;
-        for store in stores {
-            if let Err(e) = store.named.close().await {
-                tracing::warn!(store = store.named.name(), error = %e, "closing a store at shutdown");
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            Some(e) => Err(ServerError::Registry(RegistryError::Store(e))),
-            None => Ok(()),
-        }
+            .map_err(|e| ServerError::Registry(RegistryError::Store(e)))
     }
 }

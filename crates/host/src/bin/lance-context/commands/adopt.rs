@@ -110,7 +110,11 @@ impl AdoptCommand {
             request.params.insert(k.clone(), value);
         }
         request.dry_run = self.dry_run;
-        let report = client.adopt(&self.name, &request).await?;
+        use lance_context_client::StoreApi as _;
+        let report = client
+            .adopt(&self.name, &request)
+            .await
+            .map_err(|e| super::through::failed(e, super::through::Via::Server))?;
         let value = serde_json::to_value(&report)?;
         let report: AdoptReport = serde_json::from_value(value)?;
         print(&report, &out)

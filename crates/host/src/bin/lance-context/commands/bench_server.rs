@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
-use lance_context_client::{Client, CreateStore};
+use lance_context_client::{Client, CreateStore, StoreApi as _};
 use lance_context_host::spec::SchemaSpec;
 use lance_context_host::{
     CreateOptions, NamedStore, PluginLimits, PluginRuntime, Registry, SchemaSource, Server,

@@ -17,4 +17,5 @@ pub mod report;
 pub mod search;
 pub mod serve;
 pub mod store;
+pub mod through;
 pub mod torture;

@@ -1,41 +1,98 @@
-//! `lance-context store --server URL …`: add, get, scan and query through a
-//! running server (`lance-context serve`) instead of opening the store.
+//! `lance-context store --server URL …`: the store commands whose output
+//! differs from the store API's answers (create, drop, add, get, scan,
+//! count, query, delete), through a running server (`lance-context serve`).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use lance_context_client::{Client, ClientError, ListParams, QueryResult};
+use lance_context_client::{Client, ClientError, CreateStore, ListParams, QueryResult, StoreApi};
 use serde_json::Value;
 
 use crate::args::{ScanArgs, usage};
-use crate::exit::Refused;
 use crate::input::{Format, Input, Raw};
 use crate::output::Out;
 
-/// A server's answer as this CLI's error: its kind from the API's code
-/// (`ErrorKind::as_str` names both ways).
+use super::through::{self, Via};
+
+/// A server's answer as this CLI's error.
 fn failed(e: ClientError) -> anyhow::Error {
-    use lance_context_host::ErrorKind;
-    // The server's codes are the kinds' names, plus a few of its own.
-    let kind = match e.code() {
-        Some("deadline") => ErrorKind::Busy,
-        Some(
-            "unauthorized" | "forbidden" | "payload_too_large" | "method_not_allowed"
-            | "uri_too_long" | "headers_too_large",
-        ) => ErrorKind::InvalidInput,
-        Some(code) => ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal),
-        None => ErrorKind::Internal,
+    through::failed(e, Via::Server)
+}
+
+/// `store create --server`.
+pub async fn create(client: &Client, create: CreateStore, out: Out) -> Result<()> {
+    let info = client.create_store(&create).await.map_err(failed)?;
+    let columns = info.spec["columns"].as_array().map_or(0, Vec::len);
+    let created = serde_json::json!({
+        "store": info.name,
+        "uri": info.uri,
+        "columns": columns,
+        "plugin": info.plugin.name,
+        "plugin_version": info.plugin.version,
+        "sha256": info.plugin.sha256,
+    });
+    out.item(&created, || {
+        format!(
+            "created store '{}' at {} ({columns} columns, plugin {} {} sha256 {}) through the server",
+            info.name,
+            info.uri,
+            info.plugin.name,
+            info.plugin.version,
+            &info.plugin.sha256[..12.min(info.plugin.sha256.len())]
+        )
+    })
+}
+
+/// `store drop --server`.
+pub async fn drop(client: &Client, name: &str, out: Out) -> Result<()> {
+    let dropped = client.drop_store(name).await.map_err(failed)?;
+    out.item(&dropped, || {
+        format!(
+            "dropped store '{}' through the server\n{}  {}",
+            dropped.store,
+            match dropped.data_deleted {
+                true => "removed data:",
+                false => "kept data:   ",
+            },
+            dropped.uri
+        )
+    })
+}
+
+/// `store count --server`: the store's row count when nothing is
+/// filtered, else the matching records' keys counted page by page.
+pub async fn count(client: &Client, name: &str, filter: Option<String>) -> Result<u64> {
+    let Some(filter) = filter else {
+        return Ok(client.stats(name).await.map_err(failed)?.rows);
     };
-    let details = match &e {
-        ClientError::Api { error, .. } => error.details.clone(),
-        _ => Value::Null,
+    let key = client.describe_store(name).await.map_err(failed)?.spec["key"]
+        .as_str()
+        .unwrap_or("id")
+        .to_string();
+    let mut params = ListParams {
+        filter: Some(filter),
+        columns: Some(key),
+        limit: Some(10_000),
+        ..Default::default()
     };
-    Refused {
-        kind,
-        message: format!("the server: {e}"),
-        details,
+    let mut count = 0u64;
+    loop {
+        let page = client.list(name, &params).await.map_err(failed)?;
+        count += page.records.values()?.len() as u64;
+        match page.next_cursor {
+            Some(cursor) => params.cursor = Some(cursor),
+            None => return Ok(count),
+        }
     }
-    .into()
+}
+
+/// `store delete --server`: each key in turn (one request each).
+pub async fn delete(client: &Client, name: &str, keys: &[String], out: Out) -> Result<()> {
+    let mut deleted = Vec::with_capacity(keys.len());
+    for key in keys {
+        deleted.push(client.delete(name, key).await.map_err(failed)?);
+    }
+    through::print_deleted(&out, &deleted)
 }
 
 /// Add a file's records through the server, a batch per request.
@@ -105,9 +162,13 @@ pub async fn add(
             let total = details["total"].as_u64();
             if let Some(rows) = details[key].as_array_mut() {
                 // Where each problem is, as a local store says it ("line 31").
+                // (The batch's own record number means nothing to the user.)
                 for r in rows.iter_mut() {
                     let place = at(r["record"].as_u64().unwrap_or(0));
                     r["at"] = Value::String(place);
+                    if let Some(r) = r.as_object_mut() {
+                        r.remove("record");
+                    }
                 }
                 if !out.json_errors {
                     for r in rows.iter() {
@@ -169,7 +230,7 @@ pub async fn add(
     let seconds = started.elapsed().as_secs_f64();
     out.item(
         &serde_json::json!({
-            "store": name, "records": added, "batches": batches, "dry_run": false,
+            "store": name, "records": added, "rejected": 0, "batches": batches, "dry_run": false,
             "seconds": seconds, "records_per_second": added as f64 / seconds.max(1e-9),
         }),
         || format!("added {added} record(s) to '{name}' through the server in {batches} batch(es), {seconds:.1} s"),
@@ -182,7 +243,11 @@ pub async fn get(client: &Client, name: &str, ids: &[String], out: Out) -> Resul
         .as_str()
         .unwrap_or("id")
         .to_string();
-    let records = client.get_many(name, &keys).await.map_err(failed)?;
+    let records = client
+        .get_many(name, &keys)
+        .await
+        .map_err(failed)?
+        .values()?;
     out.values(&records)?;
     let found: std::collections::HashSet<&str> = records
         .iter()
@@ -215,7 +280,7 @@ pub async fn scan(client: &Client, name: &str, scan: ScanArgs, out: Out) -> Resu
     let mut all = Vec::new();
     loop {
         let page = client.list(name, &params).await.map_err(failed)?;
-        all.extend(page.records);
+        all.extend(page.records.values()?);
         match page.next_cursor {
             Some(cursor) if paging => params.cursor = Some(cursor),
             _ => break,
@@ -234,9 +299,9 @@ pub async fn query(
     let args: Vec<(&str, &str)> = args.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     match client.query(name, query, &args).await.map_err(failed)? {
         QueryResult::Reduced { result } => {
-            println!("{result}");
+            println!("{}", result.get());
             Ok(())
         }
-        QueryResult::Records { records } => out.values(&records),
+        QueryResult::Records { records } => out.values(&records.values()?),
     }
 }

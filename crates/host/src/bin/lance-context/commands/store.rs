@@ -9,11 +9,12 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use lance_context_host::spec::SchemaSpec;
 use lance_context_host::{
-    CreateOptions, NamedStore, PipelineError, PluginLimits, PluginRuntime, Registry, SchemaSource,
-    default_projection,
+    CreateOptions, Embedded, EmbeddedConfig, NamedStore, PipelineError, PluginLimits,
+    PluginRuntime, Registry, Residency, SchemaSource, default_projection,
 };
 use serde::Serialize;
 
+use super::through::{self, Via};
 use super::{export, report, search};
 use crate::args::{
     AsOf, ScanArgs, StorageOption, ensure_usage, parse_kv, parse_storage_option, usage,
@@ -31,7 +32,9 @@ pub struct StoreArgs {
     #[arg(long = "storage-option", value_parser = parse_storage_option, global = true)]
     storage_options: Vec<StorageOption>,
     /// Work through a running server (`lance-context serve`) at this URL
-    /// instead of opening the store: add, get, scan and query.
+    /// instead of opening the data root: every store command but `upgrade`,
+    /// `versions` and `export` (and `--as-of`, `add --dry-run`,
+    /// `add --reject-file`, `create --sample`), which need the data root.
     #[arg(long, global = true, value_name = "URL")]
     server: Option<String>,
     /// The bearer token for --server (default: $LANCE_CONTEXT_TOKEN).
@@ -134,6 +137,13 @@ enum StoreCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Insert records (JSON Lines), or supersede the current version with
+    /// the same secondary key (stores whose schema declares supersession,
+    /// e.g. `context` by `external_id`); `--dry-run` says what would happen.
+    Upsert(through::UpsertCommand),
+    /// Write a new version of a record with some fields changed (stores
+    /// whose schema declares supersession); prints the new version's key.
+    Patch(through::PatchCommand),
     /// Rows, fragments, pending generations and indexes of a store.
     Status { name: String },
     /// The base table's kept versions (what `--as-of` reads).
@@ -224,16 +234,6 @@ struct Added {
     reject_file: Option<PathBuf>,
 }
 
-/// One row of `store list`.
-#[derive(Debug, Serialize)]
-struct Listed {
-    name: String,
-    state: String,
-    plugin: String,
-    plugin_version: String,
-    uri: String,
-}
-
 pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     if let Some(url) = &args.server {
         let mut client = lance_context_client::Client::new(url);
@@ -263,6 +263,16 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     }
     let registry = Registry::at(&args.root, runtime)?;
     let options: HashMap<String, String> = crate::args::options_map(&args.storage_options);
+    // The store API over the data root: a store opened per command (a read
+    // claims no writer, so a running server is not fenced).
+    let api = Embedded::new(
+        registry.clone(),
+        EmbeddedConfig {
+            storage_options: options.clone(),
+            residency: Residency::PerCall,
+            ..EmbeddedConfig::default()
+        },
+    );
     let read = |name: String, as_of: AsOf| {
         let registry = registry.clone();
         let options = options.clone();
@@ -276,31 +286,8 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
         StoreCommand::Create(c) => create(&registry, options, c, out).await,
         StoreCommand::Adopt(c) => c.run(&registry, options, out).await,
         StoreCommand::List => {
-            let entries: Vec<Listed> = registry
-                .list()?
-                .into_iter()
-                .map(|e| Listed {
-                    name: e.name,
-                    state: format!("{:?}", e.state).to_lowercase(),
-                    plugin: e.plugin.name,
-                    plugin_version: e.plugin.version,
-                    uri: e.uri,
-                })
-                .collect();
-            out.list(
-                &entries,
-                &["name", "state", "plugin", "version", "uri"],
-                |e| {
-                    vec![
-                        e.name.clone(),
-                        e.state.clone(),
-                        e.plugin.clone(),
-                        e.plugin_version.clone(),
-                        e.uri.clone(),
-                    ]
-                },
-                &format!("no stores under {}", args.root.display()),
-            )
+            let empty = format!("no stores under {}", args.root.display());
+            through::list(&api, Via::Local, &empty, out).await
         }
         StoreCommand::Describe { name } => {
             let shown = registry.describe(&name)?.for_display();
@@ -399,31 +386,19 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             let result = named.delete(&ids).await;
             named.close().await?;
             let done = result?;
-            let rows: Vec<_> = ids
+            let deleted: Vec<lance_context_client::Deleted> = ids
                 .iter()
                 .zip(done)
-                .map(|(id, deleted)| serde_json::json!({"key": id, "deleted": deleted}))
+                .map(|(id, deleted)| lance_context_client::Deleted {
+                    key: id.to_string(),
+                    deleted,
+                })
                 .collect();
-            out.list(
-                &rows,
-                &["key", "result"],
-                |r| {
-                    vec![
-                        r["key"].as_str().unwrap_or_default().to_string(),
-                        if r["deleted"].as_bool().unwrap_or(false) {
-                            "deleted".to_string()
-                        } else {
-                            "no visible record".to_string()
-                        },
-                    ]
-                },
-                "",
-            )
+            through::print_deleted(&out, &deleted)
         }
-        StoreCommand::Status { name } => {
-            let named = read(name, AsOf::default()).await?;
-            report::status(&out, &named.stats().await?, named.count(None).await?)
-        }
+        StoreCommand::Status { name } => through::status(&api, Via::Local, &name, out).await,
+        StoreCommand::Upsert(c) => c.run(&api, Via::Local, out).await,
+        StoreCommand::Patch(c) => c.run(&api, Via::Local, out).await,
         StoreCommand::Versions { name } => {
             let named = read(name, AsOf::default()).await?;
             let versions: Vec<_> = named
@@ -456,89 +431,10 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                 "no versions",
             )
         }
-        StoreCommand::Merge { name } => {
-            let named = registry
-                .open_with(&name, &options, false, |c| c.with_manual_maintenance())
-                .await?;
-            let bar = out.spinner(&format!("merging {name}"));
-            let t = Instant::now();
-            let stats = named.merge().await;
-            bar.finish_and_clear();
-            named.close().await?;
-            report::merge(&out, &stats?, t.elapsed().as_secs_f64())
-        }
-        StoreCommand::Compact { name } => {
-            // Compaction commits to the base table only: no writer is claimed,
-            // so a running service keeps writing.
-            let named = read(name.clone(), AsOf::default()).await?;
-            let bar = out.spinner(&format!("compacting {name}"));
-            let t = Instant::now();
-            let stats = named.compact().await;
-            bar.finish_and_clear();
-            report::compaction(&out, &stats?, t.elapsed().as_secs_f64())
-        }
+        StoreCommand::Merge { name } => through::merge(&api, Via::Local, &name, out).await,
+        StoreCommand::Compact { name } => through::compact(&api, Via::Local, &name, out).await,
         StoreCommand::Index { name, column } => {
-            let named = read(name.clone(), AsOf::default()).await?;
-            let columns: Vec<String> = match column {
-                Some(c) => vec![c],
-                None => named
-                    .spec()
-                    .vectors
-                    .iter()
-                    .map(|v| v.column.clone())
-                    .collect(),
-            };
-            ensure_usage(!columns.is_empty(), || {
-                format!("store '{name}' declares no vector column to index")
-            })?;
-            let mut built = Vec::new();
-            for column in columns {
-                let bar = out.spinner(&format!("building the vector index on {column}"));
-                let t = Instant::now();
-                let result = named.build_vector_index(&column).await;
-                bar.finish_and_clear();
-                result?;
-                let seconds = t.elapsed().as_secs_f64();
-                // An index trained on too few rows (a product quantizer
-                // needs 256) covers none of them: said, not reported built.
-                let stats = named.stats().await?;
-                let index = stats.index(&format!("{column}_idx"));
-                let covers = index.is_some_and(|i| i.covers_all_rows);
-                if !covers && !out.json_errors {
-                    if index.is_none_or(|i| i.unindexed_fragments >= stats.fragments) {
-                        eprintln!(
-                            "warning: the index on {column} covers no rows yet: the base \
-                             table's {} row(s) are too few to train it; searches stay exact \
-                             (brute force) and the merge that brings enough rows trains it",
-                            stats.rows_in_base
-                        );
-                    } else {
-                        eprintln!(
-                            "warning: the index on {column} does not cover {} fragment(s) \
-                             (written meanwhile); their rows are searched exactly until the \
-                             next merge extends it",
-                            index.map_or(0, |i| i.unindexed_fragments)
-                        );
-                    }
-                }
-                built.push(serde_json::json!({
-                    "column": column,
-                    "seconds": seconds,
-                    "covers_all_rows": covers,
-                }));
-            }
-            out.list(
-                &built,
-                &["column", "seconds", "covers_all_rows"],
-                |b| {
-                    vec![
-                        b["column"].as_str().unwrap_or_default().to_string(),
-                        format!("{:.2}", b["seconds"].as_f64().unwrap_or(0.0)),
-                        b["covers_all_rows"].as_bool().unwrap_or(false).to_string(),
-                    ]
-                },
-                "",
-            )
+            through::index(&api, Via::Local, &name, column.as_deref(), out).await
         }
         StoreCommand::Get {
             name,
@@ -590,7 +486,7 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
         } => {
             let named = read(name, as_of).await?;
             let Some(query) = query else {
-                let queries: Vec<_> = named
+                let queries: Vec<serde_json::Value> = named
                     .spec()
                     .queries
                     .iter()
@@ -603,34 +499,7 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                         })
                     })
                     .collect();
-                return out.list(
-                    &queries,
-                    &["query", "arguments", "description"],
-                    |q| {
-                        vec![
-                            q["query"].as_str().unwrap_or_default().to_string(),
-                            q["params"]
-                                .as_array()
-                                .map(|ps| {
-                                    ps.iter()
-                                        .map(|p| format!("--arg {}=…", p.as_str().unwrap_or("")))
-                                        .collect::<Vec<_>>()
-                                        .join(" ")
-                                })
-                                .unwrap_or_default(),
-                            format!(
-                                "{}{}",
-                                q["description"].as_str().unwrap_or_default(),
-                                if q["reduce"].as_bool().unwrap_or(false) {
-                                    " (reduces to JSON)"
-                                } else {
-                                    ""
-                                }
-                            ),
-                        ]
-                    },
-                    "the schema declares no named queries",
-                );
+                return print_queries(&out, &queries);
             };
             let reduces = named
                 .spec()
@@ -647,20 +516,77 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     }
 }
 
-/// The commands that work through a server.
+/// A schema's named queries (`store query NAME` without a query).
+fn print_queries(out: &Out, queries: &[serde_json::Value]) -> Result<()> {
+    out.list(
+        queries,
+        &["query", "arguments", "description"],
+        |q| {
+            vec![
+                q["query"].as_str().unwrap_or_default().to_string(),
+                q["params"]
+                    .as_array()
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|p| format!("--arg {}=…", p.as_str().unwrap_or("")))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default(),
+                format!(
+                    "{}{}",
+                    q["description"].as_str().unwrap_or_default(),
+                    if q["reduce"].as_bool().unwrap_or(false) {
+                        " (reduces to JSON)"
+                    } else {
+                        ""
+                    }
+                ),
+            ]
+        },
+        "the schema declares no named queries",
+    )
+}
+
+/// The store commands through a server (`--server`): those the store API
+/// carries run the same code as where the data root is.
 async fn remote(
     client: &lance_context_client::Client,
     command: StoreCommand,
     out: Out,
 ) -> Result<()> {
     use super::remote;
+    use lance_context_client::StoreApi as _;
+    const VIA: Via = Via::Server;
+    let failed = |e| through::failed(e, VIA);
     let local_only = |what: &str| {
         usage(format!(
-            "{what} is not available with --server (add, get, scan, query, search and retrieve are); use the server's API or run it where the data root is"
+            "{what} is not available with --server: it needs the data root (run it where the data root is)"
         ))
     };
+    let no_as_of = |as_of: &AsOf| {
+        ensure_usage(as_of.as_of.is_none(), || {
+            "--as-of is not available with --server".into()
+        })
+    };
     match command {
+        StoreCommand::Create(c) => remote::create(client, c.into_request()?, out).await,
         StoreCommand::Adopt(c) => c.remote(client, out).await,
+        StoreCommand::List => through::list(client, VIA, "no stores on the server", out).await,
+        StoreCommand::Describe { name } => {
+            let info = client.describe_store(&name).await.map_err(failed)?;
+            out.item(&info, || {
+                serde_json::to_string_pretty(&info).unwrap_or_default()
+            })
+        }
+        StoreCommand::Drop { name, yes } => {
+            ensure_usage(yes, || {
+                format!(
+                    "dropping '{name}' deletes its data and registry entry on the server; pass --yes to do it"
+                )
+            })?;
+            remote::drop(client, &name, out).await
+        }
         StoreCommand::Add(c) => {
             ensure_usage(!c.dry_run, || {
                 "--dry-run is not available with --server".into()
@@ -688,16 +614,24 @@ async fn remote(
             columns,
             as_of,
         } => {
-            ensure_usage(columns.is_none() && as_of.as_of.is_none(), || {
-                "--columns and --as-of are not available with --server".into()
+            ensure_usage(columns.is_none(), || {
+                "--columns is not available with --server".into()
             })?;
+            no_as_of(&as_of)?;
             remote::get(client, &name, &ids, out).await
         }
         StoreCommand::Scan { name, scan, as_of } => {
-            ensure_usage(as_of.as_of.is_none(), || {
-                "--as-of is not available with --server".into()
-            })?;
+            no_as_of(&as_of)?;
             remote::scan(client, &name, scan, out).await
+        }
+        StoreCommand::Count {
+            name,
+            filter,
+            as_of,
+        } => {
+            no_as_of(&as_of)?;
+            let count = remote::count(client, &name, filter).await?;
+            out.item(&serde_json::json!({ "count": count }), || count.to_string())
         }
         StoreCommand::Query {
             name,
@@ -705,28 +639,96 @@ async fn remote(
             args,
             as_of,
         } => {
-            ensure_usage(as_of.as_of.is_none(), || {
-                "--as-of is not available with --server".into()
-            })?;
+            no_as_of(&as_of)?;
             remote::query(client, &name, &query, &args, out).await
         }
+        StoreCommand::Query {
+            name,
+            query: None,
+            as_of: _,
+            ..
+        } => {
+            let info = client.describe_store(&name).await.map_err(failed)?;
+            let queries: Vec<serde_json::Value> = info.spec["queries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|q| {
+                    serde_json::json!({
+                        "query": q["name"],
+                        "params": q["params"],
+                        "description": q["description"],
+                        "reduce": q["reduce"].as_bool().unwrap_or(false),
+                    })
+                })
+                .collect();
+            print_queries(&out, &queries)
+        }
         StoreCommand::Search(c) => {
-            let records = client.search(&c.name, &c.request()?).await?;
-            out.values(&records)
+            let records = client
+                .search(&c.name, &c.request()?)
+                .await
+                .map_err(failed)?;
+            out.values(&records.values()?)
         }
         StoreCommand::Retrieve(c) => {
-            let records = client.retrieve(&c.name, &c.request()?).await?;
-            out.values(&records)
+            let records = client
+                .retrieve(&c.name, &c.request()?)
+                .await
+                .map_err(failed)?;
+            out.values(&records.values()?)
         }
-        StoreCommand::Query { query: None, .. } => Err(local_only("listing queries")),
-        other => Err(local_only(&format!(
-            "'{}'",
-            format!("{other:?}")
-                .split([' ', '{', '('])
-                .next()
-                .unwrap_or("this command")
-                .to_lowercase()
-        ))),
+        StoreCommand::Delete { name, ids } => remote::delete(client, &name, &ids, out).await,
+        StoreCommand::Upsert(c) => c.run(client, VIA, out).await,
+        StoreCommand::Patch(c) => c.run(client, VIA, out).await,
+        StoreCommand::Status { name } => through::status(client, VIA, &name, out).await,
+        StoreCommand::Merge { name } => through::merge(client, VIA, &name, out).await,
+        StoreCommand::Compact { name } => through::compact(client, VIA, &name, out).await,
+        StoreCommand::Index { name, column } => {
+            through::index(client, VIA, &name, column.as_deref(), out).await
+        }
+        StoreCommand::Upgrade { .. } => Err(local_only("'upgrade'")),
+        StoreCommand::Versions { .. } => Err(local_only("'versions'")),
+        StoreCommand::Export(_) => Err(local_only("'export'")),
+    }
+}
+
+impl CreateCommand {
+    /// The create as the API takes it (a plugin file's bytes base64, a
+    /// spec file's JSON, each parameter as JSON when it parses, else a
+    /// string).
+    fn into_request(self) -> Result<lance_context_client::CreateStore> {
+        use base64::Engine as _;
+        ensure_usage(self.sample.is_none(), || {
+            "--sample is not available with --server".into()
+        })?;
+        let mut create = lance_context_client::CreateStore {
+            name: self.name,
+            uri: self.uri,
+            ..Default::default()
+        };
+        match (self.plugin, self.spec) {
+            (_, Some(file)) => {
+                let text = std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?;
+                create.spec = Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| usage(format!("{}: not JSON: {e}", file.display())))?,
+                );
+            }
+            (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
+                let bytes = std::fs::read(&p).with_context(|| format!("reading {p}"))?;
+                create.plugin_wasm_base64 =
+                    Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            }
+            (Some(p), None) => create.plugin = Some(p),
+            (None, None) => return Err(usage("give --plugin or --spec")),
+        }
+        for (k, v) in self.params {
+            let value = serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v));
+            create.params.insert(k, value);
+        }
+        Ok(create)
     }
 }
 

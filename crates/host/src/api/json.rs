@@ -4,7 +4,8 @@
 
 use arrow_array::RecordBatch;
 use serde_json::Value;
-use serde_json::value::RawValue;
+
+use lance_context_client::Rows;
 
 use super::error::ApiError;
 use crate::{LoadedPlugin, json_ready, rows_from_json};
@@ -114,38 +115,22 @@ pub(crate) fn batch_from_json(
     })
 }
 
-/// Records as the answer's JSON array, written once by Arrow's JSON writer
-/// and passed through as is (not parsed into values and written again).
-#[derive(serde::Serialize)]
-pub(crate) struct RawRecords {
-    pub records: Box<RawValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
-
-impl RawRecords {
-    pub fn of(batch: &RecordBatch) -> Result<Self, ApiError> {
-        Ok(Self {
-            records: to_json_array(batch)?,
-            next_cursor: None,
-        })
-    }
-}
-
-/// A batch as a JSON array of objects, binary columns as base64.
-pub(crate) fn to_json_array(batch: &RecordBatch) -> Result<Box<RawValue>, ApiError> {
+/// A batch as rows: one JSON array of objects, written once by Arrow's
+/// JSON writer and passed through as is (not parsed into values and
+/// written again); binary columns as base64.
+pub(crate) fn rows(batch: &RecordBatch) -> Result<Rows, ApiError> {
     let internal =
         |e: String| ApiError::of_kind(crate::ErrorKind::Internal, format!("encoding JSON: {e}"));
     let batch = json_ready(batch).map_err(|e| internal(e.to_string()))?;
     let mut writer = arrow_json::ArrayWriter::new(Vec::new());
     writer.write(&batch).map_err(|e| internal(e.to_string()))?;
     writer.finish().map_err(|e| internal(e.to_string()))?;
-    let mut bytes = writer.into_inner();
+    let bytes = writer.into_inner();
     if bytes.is_empty() {
-        bytes = b"[]".to_vec();
+        return Ok(Rows::empty());
     }
     let text = String::from_utf8(bytes).map_err(|e| internal(e.to_string()))?;
-    RawValue::from_string(text).map_err(|e| internal(e.to_string()))
+    Rows::from_json(text).map_err(|e| internal(e.to_string()))
 }
 
 /// The last row's value of the string column `column`, if any.

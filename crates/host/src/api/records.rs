@@ -1,0 +1,337 @@
+//! Records: add, get, lookup, list pages, delete, upsert, patch.
+
+use base64::Engine as _;
+use lance_context_client::{
+    Added, Deleted, ListParams, Page, Patched, RecordsBody, Rows, UpsertResult, Upserted,
+};
+use lance_context_store::{PatchTarget, ScanRequest, SortKey};
+use serde_json::{Value, json};
+
+use super::json::{batch_from_json, last_string, rows, to_json};
+use super::{Access, ApiError, Embedded, OpenStore};
+use crate::spec::Capability;
+use crate::{ErrorKind, conform, default_projection};
+
+/// Largest page of a list, and most keys of one lookup.
+pub(crate) const MAX_PAGE: usize = 10_000;
+
+impl Embedded {
+    pub(super) async fn add_body(&self, name: &str, body: RecordsBody) -> Result<Added, ApiError> {
+        self.on_store(name, Access::Write, move |store| async move {
+            let batch = match &body {
+                RecordsBody::JsonArray(bytes) => {
+                    batch_from_json(store.named.plugin(), bytes, false)?
+                }
+                RecordsBody::JsonLines(bytes) => {
+                    batch_from_json(store.named.plugin(), bytes, true)?
+                }
+                RecordsBody::Arrow(_) => arrow_batch(&store, body.into_bytes())?,
+            };
+            let outcome = store.named.add(&batch).await?;
+            Ok(Added {
+                added: outcome.rows,
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn get_one(&self, name: &str, key: &str) -> Result<Option<Value>, ApiError> {
+        let key = key.to_string();
+        self.on_store(name, Access::Read, move |store| async move {
+            let projection = default_projection(store.named.spec());
+            let batch = store
+                .named
+                .lookup(&[key.as_str()], Some(&projection))
+                .await?;
+            Ok(to_json(&batch)?.into_iter().next())
+        })
+        .await
+    }
+
+    pub(super) async fn lookup(&self, name: &str, keys: Vec<String>) -> Result<Rows, ApiError> {
+        if keys.len() > MAX_PAGE {
+            return Err(ApiError::invalid(format!(
+                "at most {MAX_PAGE} keys per lookup"
+            )));
+        }
+        self.on_store(name, Access::Read, move |store| async move {
+            let projection = default_projection(store.named.spec());
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let batch = store.named.lookup(&keys, Some(&projection)).await?;
+            rows(&batch)
+        })
+        .await
+    }
+
+    pub(super) async fn page(&self, name: &str, params: ListParams) -> Result<Page, ApiError> {
+        let plan = PagePlan::of(params)?;
+        self.on_store(name, Access::Read, move |store| async move {
+            plan.run(&store).await
+        })
+        .await
+    }
+
+    pub(super) async fn delete_one(&self, name: &str, key: &str) -> Result<Deleted, ApiError> {
+        let key = key.to_string();
+        self.on_store(name, Access::Write, move |store| async move {
+            let done = store.named.delete(&[key.as_str()]).await?;
+            Ok(Deleted {
+                key,
+                deleted: done.first().copied().unwrap_or(false),
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn upsert_body(
+        &self,
+        name: &str,
+        body: Vec<u8>,
+        dry_run: bool,
+    ) -> Result<UpsertResult, ApiError> {
+        self.on_store(name, Access::Write, move |store| async move {
+            needs(&store, Capability::Supersession, "upsert")?;
+            let batch = batch_from_json(store.named.plugin(), &body, false)?;
+            let outcomes = match dry_run {
+                true => store.named.check_upsert(&batch).await?,
+                false => store.named.upsert(&batch).await?,
+            };
+            Ok(UpsertResult {
+                dry_run,
+                outcomes: outcomes
+                    .into_iter()
+                    .map(|o| Upserted {
+                        id: o.id,
+                        inserted: o.inserted,
+                        replaced_id: o.replaced_id,
+                    })
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn patch_fields(
+        &self,
+        name: &str,
+        key: &str,
+        fields: Value,
+    ) -> Result<Patched, ApiError> {
+        let key = key.to_string();
+        self.on_store(name, Access::Write, move |store| async move {
+            needs(&store, Capability::Supersession, "patch")?;
+            if !fields.is_object() {
+                return Err(ApiError::invalid(
+                    "the body must be a JSON object of the fields to change",
+                ));
+            }
+            let array = serde_json::to_vec(&[fields]).unwrap_or_default();
+            let full = batch_from_json(store.named.plugin(), &array, false)?;
+            // Only the fields given: absent ones are not changes.
+            let patch = crate::to_input(store.named.plugin(), &full)?;
+            match store
+                .named
+                .patch(&PatchTarget::Id(key.clone()), &patch)
+                .await?
+            {
+                Some(version) => Ok(Patched {
+                    id: version.id,
+                    supersedes: key,
+                }),
+                None => Err(no_record(&store, &key, "visible record")),
+            }
+        })
+        .await
+    }
+}
+
+/// `not_found` naming the key (`details.key`: the record, not the store,
+/// is missing).
+pub(super) fn no_record(store: &OpenStore, key: &str, what: &str) -> ApiError {
+    ApiError::of_kind(
+        ErrorKind::NotFound,
+        format!(
+            "store '{}' has no {what} with key '{key}'",
+            store.named.name()
+        ),
+    )
+    .with_details(json!({"key": key}))
+}
+
+/// An Arrow IPC stream: decoded by the bounded decoder (untrusted bytes),
+/// matched to the input schema like a Parquet or Arrow file.
+fn arrow_batch(store: &OpenStore, bytes: Vec<u8>) -> Result<arrow_array::RecordBatch, ApiError> {
+    let decoded = lance_context_wire::decode_with(bytes, &lance_context_wire::Limits::default())
+        .map_err(|e| {
+            ApiError::invalid(format!(
+                "the body is not an acceptable Arrow IPC stream: {e}"
+            ))
+        })?;
+    let batch = arrow_select::concat::concat_batches(&decoded.schema, &decoded.batches)
+        .map_err(|e| ApiError::invalid(format!("the Arrow stream: {e}")))?;
+    if batch.num_rows() == 0 {
+        return Err(ApiError::invalid("no records in the body"));
+    }
+    Ok(conform(store.named.plugin(), &batch)?)
+}
+
+/// Refuse a write the schema's capabilities do not allow, saying why.
+fn needs(store: &OpenStore, capability: Capability, what: &str) -> Result<(), ApiError> {
+    if store.named.spec().has(capability) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "store '{}' does not declare the {} capability, which {what} needs",
+        store.named.name(),
+        capability.as_str()
+    ))
+    .with_details(json!({"capability": capability.as_str()})))
+}
+
+/// A list request, checked before the store is touched.
+struct PagePlan {
+    limit: usize,
+    offset: Option<usize>,
+    filter: Option<String>,
+    order: Vec<SortKey>,
+    columns: Option<Vec<String>>,
+    cursor: Option<String>,
+}
+
+impl PagePlan {
+    fn of(params: ListParams) -> Result<Self, ApiError> {
+        let limit = params.limit.unwrap_or(100);
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(ApiError::invalid(format!(
+                "limit must be 1..={MAX_PAGE}, got {limit}"
+            )));
+        }
+        if params.offset.is_some_and(|o| o > 1 << 53) {
+            return Err(ApiError::invalid("offset is too large"));
+        }
+        let order = sort_keys(params.order_by.as_deref())?;
+        let cursor = match params.cursor {
+            Some(c) => {
+                if !order.is_empty() || params.offset.is_some() {
+                    return Err(ApiError::invalid(
+                        "cursor pages in key order: give neither order_by nor offset with it",
+                    ));
+                }
+                let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(c.as_bytes())
+                    .ok()
+                    .and_then(|k| String::from_utf8(k).ok())
+                    .ok_or_else(|| ApiError::invalid("cursor: not one this server gave"))?;
+                Some(key)
+            }
+            None => None,
+        };
+        Ok(Self {
+            limit,
+            offset: params.offset,
+            filter: checked_filter(params.filter)?,
+            order,
+            columns: params
+                .columns
+                .as_deref()
+                .map(|c| c.split(',').map(|s| s.trim().to_string()).collect()),
+            cursor,
+        })
+    }
+
+    async fn run(self, store: &OpenStore) -> Result<Page, ApiError> {
+        let key = store.named.spec().key.clone();
+        let mut order = self.order;
+        let paging = order.is_empty() && self.offset.is_none();
+        if paging {
+            order.push(SortKey::asc(&key));
+        }
+        let filter = match (self.filter, &self.cursor) {
+            // The newline ends a trailing `--` comment of the caller's filter.
+            (Some(f), Some(c)) => Some(format!("({f}\n) AND {key} > {}", literal(c))),
+            (None, Some(c)) => Some(format!("{key} > {}", literal(c))),
+            (f, None) => f,
+        };
+        let mut projection = self
+            .columns
+            .unwrap_or_else(|| default_projection(store.named.spec()));
+        if paging && !projection.contains(&key) {
+            projection.push(key.clone());
+        }
+        let request = ScanRequest {
+            filter,
+            projection: Some(projection),
+            order_by: order,
+            limit: Some(self.limit),
+            offset: self.offset,
+            ..ScanRequest::default()
+        };
+        let batch = match store.named.scan(request.clone()).await {
+            Ok(batch) => batch,
+            Err(e) => return Err(blame_filter(store, request.filter.is_some(), e).await),
+        };
+        let next_cursor = (paging && batch.num_rows() == self.limit)
+            .then(|| last_string(&batch, &key))
+            .flatten()
+            .map(|k| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.as_bytes()));
+        Ok(Page {
+            records: rows(&batch)?,
+            next_cursor,
+        })
+    }
+}
+
+fn sort_keys(order_by: Option<&str>) -> Result<Vec<SortKey>, ApiError> {
+    let Some(order_by) = order_by.filter(|s| !s.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    order_by
+        .split(',')
+        .map(|s| match s.trim().split_once(':') {
+            None => Ok(SortKey::asc(s.trim())),
+            Some((c, "asc")) => Ok(SortKey::asc(c)),
+            Some((c, "desc")) => Ok(SortKey::desc(c)),
+            Some((_, d)) => Err(ApiError::invalid(format!(
+                "order_by: direction must be asc or desc, got '{d}'"
+            ))),
+        })
+        .collect()
+}
+
+/// A caller's filter: a plain predicate only (no function calls, casts or
+/// subqueries: a request must not make the host run arbitrary SQL).
+pub(super) fn checked_filter(filter: Option<String>) -> Result<Option<String>, ApiError> {
+    match filter.filter(|f| !f.trim().is_empty()) {
+        Some(f) => {
+            lance_context_store::check_plain_predicate(&f)?;
+            Ok(Some(f))
+        }
+        None => Ok(None),
+    }
+}
+
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A read that failed with a filter: when the store reads fine without
+/// it (a one-row scan), the filter is at fault (e.g. `id > 5` on a string
+/// column): `invalid_input` naming it, not an internal error.
+pub(super) async fn blame_filter(
+    store: &OpenStore,
+    had_filter: bool,
+    e: lance_context_store::Error,
+) -> ApiError {
+    use lance_context_store::ErrorKind as K;
+    if had_filter && matches!(e.kind(), K::Internal | K::Storage) {
+        let probe = ScanRequest {
+            projection: Some(vec![store.named.spec().key.clone()]),
+            limit: Some(1),
+            ..ScanRequest::default()
+        };
+        if store.named.scan(probe).await.is_ok() {
+            return ApiError::invalid(format!("the filter cannot be evaluated on this store: {e}"));
+        }
+    }
+    ApiError::from(e)
+}

@@ -1,0 +1,816 @@
+//! The store API's conformance suite: one script of every operation, run
+//! against each implementation of [`StoreApi`] — the embedded one keeping
+//! stores open (as the server runs it), the embedded one opening a store
+//! per call (as the CLI runs it), and the client of a real server on
+//! loopback. Each run is checked on its own, and the three transcripts
+//! (every value and every error: status, code, message, details) must be
+//! the same once what differs by nature (time, a data root's path, a fresh
+//! id) is masked.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use lance_context_client::{
+    ClientError, Condition, CreateStore, ListParams, RecordsBody, RetrieveRequest, SearchRequest,
+    StoreApi, TextLeg, VectorLeg,
+};
+use lance_context_host::{
+    Embedded, EmbeddedConfig, PluginLimits, PluginRuntime, Registry, Residency,
+};
+use serde_json::{Value, json};
+
+use crate::server::ServerProc;
+
+const TICKETS: &str = r#"{"name": "tickets", "key": "id", "columns": [
+    {"name": "id", "type": "Utf8", "nullable": false},
+    {"name": "team", "type": "Utf8", "rules": {"one_of": ["a", "b"]}},
+    {"name": "n", "type": "Int32", "rules": {"min": 0}},
+    {"name": "data", "type": "LargeBinary"}],
+  "queries": [{"name": "by_team", "description": "one team", "params": ["team"],
+               "filter": "team = {team}", "order_by": ["id"]}]}"#;
+
+/// Every step's outcome, in order.
+#[derive(Debug, Default)]
+struct Transcript {
+    steps: Vec<(String, Value)>,
+}
+
+impl Transcript {
+    /// Record a call's outcome: its value, or its error as the API gives it.
+    fn note<T: serde::Serialize>(&mut self, step: &str, result: Result<T, ClientError>) -> Value {
+        let outcome = match result {
+            Ok(v) => json!({"ok": serde_json::to_value(v).unwrap()}),
+            Err(ClientError::Api { status, error }) => json!({"error": {
+                "status": status, "code": error.code, "message": error.message,
+                "details": error.details,
+            }}),
+            Err(other) => panic!("{step}: not an API error: {other}"),
+        };
+        self.steps.push((step.to_string(), outcome.clone()));
+        outcome
+    }
+
+    fn ok(&mut self, step: &str, result: Result<impl serde::Serialize, ClientError>) -> Value {
+        let outcome = self.note(step, result);
+        match outcome.get("ok") {
+            Some(v) => v.clone(),
+            None => panic!("{step}: {outcome}"),
+        }
+    }
+
+    fn err(&mut self, step: &str, result: Result<impl serde::Serialize, ClientError>) -> Value {
+        let outcome = self.note(step, result);
+        match outcome.get("error") {
+            Some(e) => e.clone(),
+            None => panic!("{step}: expected an error, got {outcome}"),
+        }
+    }
+}
+
+/// The script: every operation of the trait, values and errors, with the
+/// answers every implementation must give checked as it goes.
+async fn script<A: StoreApi>(api: &A) -> Transcript {
+    let mut t = Transcript::default();
+    let stores = t.ok("list (empty)", api.list_stores().await);
+    assert_eq!(stores, json!([]));
+
+    // The registry.
+    let tickets = CreateStore::spec("tickets", serde_json::from_str(TICKETS).unwrap());
+    let info = t.ok("create tickets", api.create_store(&tickets).await);
+    assert_eq!(info["name"], "tickets");
+    let again = t.err("create tickets again", api.create_store(&tickets).await);
+    assert_eq!(
+        (again["status"].as_u64(), again["code"].as_str()),
+        (Some(409), Some("already_exists"))
+    );
+    let neither = CreateStore {
+        name: "nothing".into(),
+        ..CreateStore::default()
+    };
+    let e = t.err("create from nothing", api.create_store(&neither).await);
+    assert_eq!(e["code"], "invalid_input");
+    let e = t.err(
+        "create with a bad name",
+        api.create_store(&CreateStore::builtin("../up", "rollout"))
+            .await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+    t.ok(
+        "create mem",
+        api.create_store(&CreateStore::builtin("mem", "context").param("embedding_dim", json!(4)))
+            .await,
+    );
+    let described = t.ok("describe tickets", api.describe_store("tickets").await);
+    assert_eq!(described["spec"]["key"], "id");
+    let e = t.err("describe missing", api.describe_store("nope").await);
+    assert_eq!(
+        (e["status"].as_u64(), e["code"].as_str()),
+        (Some(404), Some("not_found"))
+    );
+    let names: Vec<String> = api
+        .list_stores()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["mem", "tickets"]);
+
+    // Adds in the three forms, and refusals that name the record.
+    let records: Vec<Value> = (0..12)
+        .map(|i| json!({"id": format!("t{i:02}"), "team": if i % 2 == 0 {"a"} else {"b"}, "n": i, "data": "3q2+7w=="}))
+        .collect();
+    let added = t.ok("add array", api.add("tickets", &records[..8]).await);
+    assert_eq!(added["added"], 8);
+    let lines: String = records[8..10].iter().map(|r| format!("{r}\n")).collect();
+    let added = t.ok(
+        "add lines",
+        api.add_records("tickets", RecordsBody::JsonLines(lines.into_bytes()))
+            .await,
+    );
+    assert_eq!(added["added"], 2);
+    let arrow = tickets_arrow(&records[10..]);
+    let added = t.ok(
+        "add arrow",
+        api.add_records("tickets", RecordsBody::Arrow(arrow)).await,
+    );
+    assert_eq!(added["added"], 2);
+    let bad = [
+        json!({"id": "x1", "team": "a", "n": 1}),
+        json!({"id": "x2", "team": "z", "n": -1}),
+    ];
+    let e = t.err("add refused", api.add("tickets", &bad).await);
+    assert_eq!(e["status"], 422, "{e}");
+    assert!(
+        e["details"]["row_errors"]
+            .as_array()
+            .is_some_and(|r| r.iter().all(|r| r["record"] == 1)),
+        "{e}"
+    );
+    let e = t.err(
+        "add a line that is not JSON",
+        api.add_records(
+            "tickets",
+            RecordsBody::JsonLines(b"{\"id\": \"y\"}\n\n{oops\n".to_vec()),
+        )
+        .await,
+    );
+    assert_eq!(
+        (e["code"].as_str(), e["details"]["line"].as_u64()),
+        (Some("invalid_input"), Some(3)),
+        "{e}"
+    );
+    let e = t.err(
+        "add a wrong type",
+        api.add("tickets", &[json!({"id": "y", "n": "many"})]).await,
+    );
+    assert_eq!(
+        (e["code"].as_str(), e["details"]["column"].as_str()),
+        (Some("invalid_input"), Some("n")),
+        "{e}"
+    );
+    let e = t.err(
+        "add an Arrow stream that is not one",
+        api.add_records("tickets", RecordsBody::Arrow(b"not arrow".to_vec()))
+            .await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+    let e = t.err(
+        "add to a missing store",
+        api.add("nope", &records[..1]).await,
+    );
+    assert_eq!(e["code"], "not_found");
+    assert!(
+        api.get("tickets", "x1").await.unwrap().is_none(),
+        "nothing of a refused batch"
+    );
+
+    // Reads.
+    let one = t.ok("get", api.get("tickets", "t03").await);
+    assert_eq!(
+        (one["n"].as_i64(), one["data"].as_str()),
+        (Some(3), Some("3q2+7w=="))
+    );
+    let none = t.ok("get missing", api.get("tickets", "zz").await);
+    assert_eq!(none, Value::Null);
+    let many = t.ok(
+        "get_many",
+        api.get_many("tickets", &["t11", "zz", "t00"]).await,
+    );
+    assert_eq!(many.as_array().map(Vec::len), Some(2));
+    let mut params = ListParams {
+        limit: Some(5),
+        columns: Some("id,n".into()),
+        ..ListParams::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = t.ok("list page", api.list("tickets", &params).await);
+        seen.extend(
+            page["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_string()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(c) => params.cursor = Some(c.into()),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..12).map(|i| format!("t{i:02}")).collect::<Vec<_>>()
+    );
+    let filtered = t.ok(
+        "list filtered",
+        api.list(
+            "tickets",
+            &ListParams {
+                filter: Some("n >= 9".into()),
+                order_by: Some("n:desc".into()),
+                ..ListParams::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(filtered["records"][0]["n"], 11);
+    for (step, params) in [
+        (
+            "list a filter that calls a function",
+            ListParams {
+                filter: Some("lower(id) = 'x'".into()),
+                ..ListParams::default()
+            },
+        ),
+        (
+            "list a bad limit",
+            ListParams {
+                limit: Some(0),
+                ..ListParams::default()
+            },
+        ),
+        (
+            "list a bad cursor",
+            ListParams {
+                cursor: Some("!!".into()),
+                ..ListParams::default()
+            },
+        ),
+        (
+            "list a bad order",
+            ListParams {
+                order_by: Some("n:sideways".into()),
+                ..ListParams::default()
+            },
+        ),
+    ] {
+        let e = t.err(step, api.list("tickets", &params).await);
+        assert_eq!(e["code"], "invalid_input", "{step}: {e}");
+    }
+    let by_team = t.ok(
+        "query",
+        api.query("tickets", "by_team", &[("team", "a")]).await,
+    );
+    assert_eq!(by_team["records"].as_array().map(Vec::len), Some(6));
+    t.err("query unknown", api.query("tickets", "nope", &[]).await);
+    t.err(
+        "query without its argument",
+        api.query("tickets", "by_team", &[]).await,
+    );
+
+    // Deletes.
+    let d = t.ok("delete", api.delete("tickets", "t00").await);
+    assert_eq!(d["deleted"], true);
+    let d = t.ok("delete again", api.delete("tickets", "t00").await);
+    assert_eq!(d["deleted"], false);
+
+    // Supersession: upsert, a dry run, patch; refused where not declared.
+    let e = t.err(
+        "upsert where not declared",
+        api.upsert("tickets", &records[..1]).await,
+    );
+    assert_eq!(e["details"]["capability"], "supersession", "{e}");
+    let e = t.err(
+        "patch where not declared",
+        api.patch("tickets", "t01", &json!({"n": 5})).await,
+    );
+    assert_eq!(e["details"]["capability"], "supersession", "{e}");
+    let memories: Vec<Value> = (0..30)
+        .map(|i| {
+            json!({"id": format!("c{i:02}"), "run_id": "run", "text_payload": format!("note {i}"),
+                        "embedding": [i as f32, 0.0, 1.0, 0.5]})
+        })
+        .collect();
+    t.ok("add memories", api.add("mem", &memories).await);
+    let up = t.ok(
+        "upsert",
+        api.upsert(
+            "mem",
+            &[json!({"id": "u1", "external_id": "ext-1", "run_id": "run", "text_payload": "a"})],
+        )
+        .await,
+    );
+    assert_eq!(up["outcomes"][0]["inserted"], true);
+    let next = [json!({"id": "u2", "external_id": "ext-1", "run_id": "run", "text_payload": "b"})];
+    let checked = t.ok("check upsert", api.check_upsert("mem", &next).await);
+    assert_eq!(
+        (
+            checked["dry_run"].as_bool(),
+            checked["outcomes"][0]["replaced_id"].as_str()
+        ),
+        (Some(true), Some("u1"))
+    );
+    assert!(
+        api.get("mem", "u2").await.unwrap().is_none(),
+        "a dry run writes nothing"
+    );
+    let up = t.ok("upsert again", api.upsert("mem", &next).await);
+    assert_eq!(up["outcomes"][0]["replaced_id"], "u1");
+    let patched = t.ok(
+        "patch",
+        api.patch("mem", "c01", &json!({"text_payload": "revised"}))
+            .await,
+    );
+    assert_eq!(patched["supersedes"], "c01");
+    let e = t.err(
+        "patch missing",
+        api.patch("mem", "zz", &json!({"text_payload": "x"})).await,
+    );
+    assert_eq!(e["code"], "not_found");
+    let e = t.err(
+        "patch with a non-object",
+        api.patch("mem", "c02", &json!([1])).await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+
+    // Search and retrieval.
+    let near = t.ok(
+        "search vector",
+        api.search(
+            "mem",
+            &SearchRequest::vector("embedding", vec![7.0, 0.0, 1.0, 0.5], 3),
+        )
+        .await,
+    );
+    assert_eq!(near[0]["id"], "c07");
+    let words = t.ok(
+        "search text",
+        api.search("mem", &SearchRequest::text("text_payload", "note", 3))
+            .await,
+    );
+    assert_eq!(words.as_array().map(Vec::len), Some(3));
+    let e = t.err(
+        "search a non-text column",
+        api.search("mem", &SearchRequest::text("embedding", "note", 3))
+            .await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+    let e = t.err(
+        "search a non-finite vector",
+        api.search(
+            "mem",
+            &SearchRequest::vector("embedding", vec![f32::NAN, 0.0, 1.0, 0.5], 3),
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+    let fused = t.ok(
+        "retrieve",
+        api.retrieve(
+            "mem",
+            &RetrieveRequest {
+                vector: Some(VectorLeg {
+                    column: "embedding".into(),
+                    vector: vec![7.0, 0.0, 1.0, 0.5],
+                    k: None,
+                }),
+                text: Some(TextLeg {
+                    column: "text_payload".into(),
+                    text: "note".into(),
+                    operator: None,
+                    k: None,
+                }),
+                k: 3,
+                rrf_k: None,
+                filter: None,
+                conditions: vec![Condition::eq("id", "c07")],
+            },
+        )
+        .await,
+    );
+    assert_eq!(fused[0]["id"], "c07");
+    let e = t.err(
+        "retrieve with a non-finite rrf_k",
+        api.retrieve(
+            "mem",
+            &RetrieveRequest {
+                vector: None,
+                text: Some(TextLeg {
+                    column: "text_payload".into(),
+                    text: "note".into(),
+                    operator: None,
+                    k: None,
+                }),
+                k: 3,
+                rrf_k: Some(f32::INFINITY),
+                filter: None,
+                conditions: Vec::new(),
+            },
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+
+    // Maintenance and state.
+    // (A resident store may have merged in the background already.)
+    let merged = t.ok("merge", api.merge("mem").await);
+    assert!(merged["generations_merged"].is_u64(), "{merged}");
+    t.ok("compact", api.compact("tickets").await);
+    let indexed = t.ok("index", api.index("mem", None).await);
+    assert_eq!(indexed["indexed"], json!(["embedding"]));
+    let e = t.err(
+        "index where none is declared",
+        api.index("tickets", None).await,
+    );
+    assert_eq!(e["code"], "invalid_input");
+    let stats = t.ok("stats", api.stats("tickets").await);
+    assert_eq!(stats["rows"], 11);
+    t.err("stats of a missing store", api.stats("nope").await);
+
+    // Drops.
+    let dropped = t.ok("drop", api.drop_store("tickets").await);
+    assert_eq!(dropped["data_deleted"], true);
+    t.err("drop again", api.drop_store("tickets").await);
+    let names: Vec<String> = api
+        .list_stores()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["mem"]);
+    t
+}
+
+/// `records` of the tickets store as an Arrow IPC stream.
+fn tickets_arrow(records: &[Value]) -> Vec<u8> {
+    use arrow_array::{Int32Array, LargeBinaryArray, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("team", DataType::Utf8, true),
+        Field::new("n", DataType::Int32, true),
+        Field::new("data", DataType::LargeBinary, true),
+    ]));
+    let s =
+        |k: &str| StringArray::from_iter(records.iter().map(|r| r[k].as_str().map(str::to_string)));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(s("id")),
+            Arc::new(s("team")),
+            Arc::new(Int32Array::from_iter(
+                records.iter().map(|r| r["n"].as_i64().map(|n| n as i32)),
+            )),
+            Arc::new(LargeBinaryArray::from_iter(
+                records
+                    .iter()
+                    .map(|_| Some(&[0xde_u8, 0xad, 0xbe, 0xef][..])),
+            )),
+        ],
+    )
+    .unwrap();
+    lance_context_wire::encode(&[batch]).unwrap()
+}
+
+/// What differs between runs by nature: times, durations, sizes on disk,
+/// the data root's path, generated ids.
+fn masked(value: &Value, root: &str) -> Value {
+    const VOLATILE: &[&str] = &[
+        "created_at",
+        "seconds",
+        "bytes_on_disk",
+        "bytes",
+        "newest_bytes",
+        "unmerged_bytes",
+        "peak_buffered_bytes",
+        "_score",
+        "_distance",
+        "_rrf_score",
+        "records_per_second",
+    ];
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| match VOLATILE.contains(&k.as_str()) {
+                    true => (k.clone(), Value::String("<masked>".into())),
+                    false => (k.clone(), masked(v, root)),
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(|v| masked(v, root)).collect()),
+        Value::String(s) if is_uuid(s) => Value::String("<uuid>".into()),
+        Value::String(s) => Value::String(s.replace(root, "<root>")),
+        other => other.clone(),
+    }
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.chars().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+fn embedded(root: &Path, residency: Residency) -> Embedded {
+    let runtime = Arc::new(
+        PluginRuntime::new(
+            PluginLimits::default(),
+            Some(crate::support::compile_cache()),
+        )
+        .unwrap(),
+    );
+    let registry = Registry::at(root, runtime).unwrap();
+    Embedded::new(
+        registry,
+        EmbeddedConfig {
+            residency,
+            ..EmbeddedConfig::default()
+        },
+    )
+}
+
+/// A maintenance report's or a store state's figures depend on when
+/// background maintenance ran (a resident store merges on its own): their
+/// fields are compared, and of the state the row count.
+fn shape(step: &str, outcome: Value) -> Value {
+    let Some(ok) = outcome.get("ok").and_then(Value::as_object) else {
+        return outcome;
+    };
+    match step {
+        "merge" | "compact" | "stats" | "status" => json!({
+            // Said only when there is something to say.
+            "fields": ok.keys().filter(|k| !matches!(k.as_str(), "maintenance_reason" | "last_background_error")).collect::<Vec<_>>(),
+            "rows": ok.get("rows"),
+        }),
+        _ => outcome,
+    }
+}
+
+fn compare(name: &str, a: &Transcript, a_root: &Path, b: &Transcript, b_root: &Path) {
+    assert_eq!(a.steps.len(), b.steps.len(), "{name}: the same steps");
+    for ((step, x), (_, y)) in a.steps.iter().zip(&b.steps) {
+        let x = shape(step, masked(x, a_root.to_str().unwrap()));
+        let y = shape(step, masked(y, b_root.to_str().unwrap()));
+        assert_eq!(x, y, "{name}: step '{step}' differs");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_answers_the_same_embedded_and_through_a_server() {
+    let resident_root = tempfile::tempdir().unwrap();
+    let resident = embedded(resident_root.path(), Residency::Resident);
+    // Boxed: the script's future is large (every operation inline).
+    let resident_transcript = Box::pin(script(&resident)).await;
+    resident.shutdown().await.unwrap();
+
+    let per_call_root = tempfile::tempdir().unwrap();
+    let per_call = embedded(per_call_root.path(), Residency::PerCall);
+    let per_call_transcript = Box::pin(script(&per_call)).await;
+    per_call.shutdown().await.unwrap();
+
+    let server_root = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(server_root.path(), &[]);
+    let server_transcript = Box::pin(script(&server.client())).await;
+
+    compare(
+        "resident vs per call",
+        &resident_transcript,
+        resident_root.path(),
+        &per_call_transcript,
+        per_call_root.path(),
+    );
+    compare(
+        "embedded vs server",
+        &resident_transcript,
+        resident_root.path(),
+        &server_transcript,
+        server_root.path(),
+    );
+}
+
+/// The CLI's store commands, each run where the data root is and through
+/// a server: the same exit code, the same output (masked as above), the
+/// same error kind and details.
+#[test]
+fn every_store_command_answers_the_same_locally_and_through_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let local_root = dir.path().join("local");
+    let server_root = dir.path().join("served");
+    std::fs::create_dir_all(&server_root).unwrap();
+    let server = ServerProc::start(&server_root, &[]);
+    let spec = dir.path().join("tickets.json");
+    std::fs::write(&spec, TICKETS).unwrap();
+    let spec = spec.to_str().unwrap().to_string();
+    let tickets: String = (0..6)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"id": format!("t{i}"), "team": if i % 2 == 0 {"a"} else {"b"}, "n": i})
+            )
+        })
+        .collect();
+    let memories: String = (0..25)
+        .map(|i| format!("{}\n", json!({"id": format!("c{i:02}"), "run_id": "run", "text_payload": format!("note {i}"), "embedding": [i as f32, 0.0, 1.0, 0.5]})))
+        .collect();
+    let upserts = format!(
+        "{}\n",
+        json!({"id": "u1", "external_id": "ext-1", "run_id": "run", "text_payload": "a"})
+    );
+    let upserts_again = format!(
+        "{}\n",
+        json!({"id": "u2", "external_id": "ext-1", "run_id": "run", "text_payload": "b"})
+    );
+    // (step, arguments after `store`, stdin)
+    let steps: Vec<(&str, Vec<&str>, &str)> = vec![
+        (
+            "create tickets",
+            vec!["create", "tickets", "--spec", &spec],
+            "",
+        ),
+        (
+            "create tickets again",
+            vec!["create", "tickets", "--spec", &spec],
+            "",
+        ),
+        (
+            "create mem",
+            vec![
+                "create",
+                "mem",
+                "--plugin",
+                "context",
+                "--param",
+                "embedding_dim=4",
+            ],
+            "",
+        ),
+        ("list", vec!["list"], ""),
+        ("add", vec!["add", "tickets", "-"], &tickets),
+        (
+            "add refused",
+            vec!["add", "tickets", "-"],
+            "{\"id\": \"x\", \"team\": \"z\"}\n",
+        ),
+        ("add memories", vec!["add", "mem", "-"], &memories),
+        ("get", vec!["get", "tickets", "t1", "t2"], ""),
+        ("get missing", vec!["get", "tickets", "t1", "zz"], ""),
+        (
+            "scan",
+            vec![
+                "scan",
+                "tickets",
+                "--filter",
+                "n >= 2",
+                "--order-by",
+                "n:desc",
+            ],
+            "",
+        ),
+        ("count", vec!["count", "tickets"], ""),
+        (
+            "count filtered",
+            vec!["count", "tickets", "--filter", "team = 'a'"],
+            "",
+        ),
+        ("queries", vec!["query", "tickets"], ""),
+        (
+            "query",
+            vec!["query", "tickets", "by_team", "--arg", "team=b"],
+            "",
+        ),
+        ("delete", vec!["delete", "tickets", "t0", "zz"], ""),
+        (
+            "upsert where not declared",
+            vec!["upsert", "tickets", "-"],
+            &upserts,
+        ),
+        ("upsert", vec!["upsert", "mem", "-"], &upserts),
+        (
+            "upsert dry run",
+            vec!["upsert", "mem", "--dry-run", "-"],
+            &upserts_again,
+        ),
+        ("upsert again", vec!["upsert", "mem", "-"], &upserts_again),
+        (
+            "patch",
+            vec![
+                "patch",
+                "mem",
+                "c01",
+                "--set",
+                "{\"text_payload\": \"revised\"}",
+            ],
+            "",
+        ),
+        (
+            "patch missing",
+            vec!["patch", "mem", "zz", "--set", "{\"text_payload\": \"x\"}"],
+            "",
+        ),
+        (
+            "search",
+            vec![
+                "search",
+                "mem",
+                "--column",
+                "embedding",
+                "--vector",
+                "[7, 0, 1, 0.5]",
+                "--k",
+                "2",
+            ],
+            "",
+        ),
+        (
+            "retrieve",
+            vec![
+                "retrieve",
+                "mem",
+                "--text-column",
+                "text_payload",
+                "--text",
+                "note",
+                "--k",
+                "2",
+            ],
+            "",
+        ),
+        ("merge", vec!["merge", "mem"], ""),
+        ("compact", vec!["compact", "tickets"], ""),
+        ("index", vec!["index", "mem"], ""),
+        ("index where none is declared", vec!["index", "tickets"], ""),
+        ("status", vec!["status", "tickets"], ""),
+        ("drop without --yes", vec!["drop", "tickets"], ""),
+        ("drop", vec!["drop", "tickets", "--yes"], ""),
+        ("get from a dropped store", vec!["get", "tickets", "t1"], ""),
+    ];
+    let run = |via: &[&str], args: &[&str], stdin: &str| {
+        let mut all = vec!["--json", "store"];
+        all.extend_from_slice(via);
+        all.extend_from_slice(args);
+        crate::support::cli(dir.path(), &all, stdin)
+    };
+    let local_via = ["--root", local_root.to_str().unwrap()];
+    let server_via = ["--server", server.url.as_str()];
+    for (step, args, stdin) in &steps {
+        let (local_code, local_out, local_err) = run(&local_via, args, stdin);
+        let (server_code, server_out, server_err) = run(&server_via, args, stdin);
+        assert_eq!(
+            local_code, server_code,
+            "{step}: exit codes differ\nlocal: {local_err}\nserver: {server_err}"
+        );
+        let shown = |out: &str, root: &Path| -> Vec<Value> {
+            out.lines()
+                .map(|l| shape(step, json!({"ok": masked(&serde_json::from_str(l).unwrap(), root.to_str().unwrap())})))
+                .collect()
+        };
+        // What differs by nature: a create's or a drop's location, and the
+        // data root's files a drop removed (said only where the root is).
+        let located = |mut v: Vec<Value>| {
+            for v in &mut v {
+                if let Some(uri) = v["ok"].get_mut("uri") {
+                    *uri = json!("<uri>");
+                }
+                if let Some(ok) = v["ok"].as_object_mut() {
+                    ok.remove("entry");
+                    ok.remove("plugin_file");
+                }
+            }
+            v
+        };
+        assert_eq!(
+            located(shown(&local_out, &local_root)),
+            located(shown(&server_out, &server_root)),
+            "{step}: outputs differ"
+        );
+        if local_code != 0 {
+            let error = |err: &str| -> Value {
+                let line = err
+                    .lines()
+                    .rev()
+                    .find(|l| l.starts_with("{\"error\""))
+                    .unwrap_or_else(|| panic!("{step}: no JSON error in {err}"));
+                let e: Value = serde_json::from_str(line).unwrap();
+                json!({"kind": e["error"]["kind"], "details": e["error"]["details"]})
+            };
+            assert_eq!(
+                error(&local_err),
+                error(&server_err),
+                "{step}: errors differ"
+            );
+        }
+    }
+}
