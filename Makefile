@@ -9,20 +9,20 @@ DATA ?= data/demo
 ## The main job: the product end to end on a registry in a local directory.
 ## The same (dev-profile) build as `make test`'s binary: one build for both.
 demo: deps
-	$(CARGO) build -p lance-context-host --bin lance-context
-	$(CARGO) run -q -p lance-context-host --bin lance-context -- demo --data $(DATA)
+	$(CARGO) build -p lance-context-cli --bin lance-context
+	$(CARGO) run -q -p lance-context-cli --bin lance-context -- demo --data $(DATA)
 
 ## Benchmarks (release build): adds, merge throughput and peak memory,
 ## point lookups with the key index vs a full scan, at 1M rows; record
 ## capabilities vs a plain store at 1M rows; disk use under retention.
 bench: deps
-	$(CARGO) run --release -p lance-context-host --bin lance-context -- bench --data data/bench \
+	$(CARGO) run --release -p lance-context-cli --bin lance-context -- bench --data data/bench \
 		--rows 1000000 --records-rows 1000000 --retention-merges 100
 
 ## The test suite: the host workspace (with the CLI binary its tests spawn),
 ## then the plugins workspace.
 test: deps test-deps
-	$(CARGO) build -p lance-context-host --bin lance-context
+	$(CARGO) build -p lance-context-cli --bin lance-context
 	$(CARGO) test --workspace
 	$(MAKE) test-plugins
 

@@ -11,6 +11,7 @@ mod conformance;
 mod crash;
 mod fencing;
 mod fuzz;
+mod layers;
 mod maintenance;
 mod plugins;
 mod promises;

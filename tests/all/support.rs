@@ -199,7 +199,7 @@ pub fn cli_binary() -> std::path::PathBuf {
     let bin = dir.join(format!("lance-context{}", std::env::consts::EXE_SUFFIX));
     assert!(
         bin.exists(),
-        "{} is missing: build it first (`cargo build -p lance-context-host --bin lance-context`; `make test` does)",
+        "{} is missing: build it first (`cargo build -p lance-context-cli --bin lance-context`; `make test` does)",
         bin.display()
     );
     bin

@@ -6,8 +6,10 @@
 //! ([`Registry`]), a store opened by name — the only way the host writes —
 //! ([`NamedStore`]), the write pipeline through a plugin ([`prepare`]), the
 //! schemas' named queries ([`named_request`]), one error kind for all of it
-//! ([`ErrorKind`], [`error_kind`]), and the `lance-context` CLI (the binary,
-//! `src/bin/lance-context/`).
+//! ([`ErrorKind`], [`error_kind`]), the store API in this process
+//! ([`Embedded`], the trait `lance_context_client::StoreApi`) and the REST
+//! server ([`Server`]). The `lance-context` CLI is a crate of its own
+//! (`crates/cli`) over this one; nothing here depends on it.
 //!
 //! The crate's public surface is the `pub use` list below; its modules are
 //! private.

@@ -13,7 +13,7 @@ use crate::output::Out;
 const BUILT_WITH_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugins/sdk");
 
 /// The toolchain the project pins (a new crate pins the same one).
-const TOOLCHAIN: &str = include_str!("../../../../../../rust-toolchain.toml");
+const TOOLCHAIN: &str = include_str!("../../../../rust-toolchain.toml");
 
 #[derive(Debug, Serialize)]
 struct Created {
