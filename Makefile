@@ -16,7 +16,7 @@ demo: deps
 ## point lookups with the key index vs a full scan, at 1M rows; record
 ## capabilities vs a plain store at 1M rows; disk use under retention.
 bench: deps
-	$(CARGO) run --release -p lance-context-cli --bin lance-context -- bench --data data/bench \
+	$(CARGO) run --release -p lance-context-cli --bin lance-context -- dev bench --data data/bench \
 		--rows 1000000 --records-rows 1000000 --retention-merges 100
 
 ## The test suite: the host workspace (with the CLI binary its tests spawn),

@@ -226,6 +226,7 @@ fn crash_trials_run_on_the_object_store() {
     let dir = tempfile::tempdir().unwrap();
     let endpoint = format!("aws_endpoint=http://127.0.0.1:{}", server.port);
     let mut args = vec![
+        "dev",
         "torture",
         "--trials",
         "6",

@@ -1,4 +1,4 @@
-//! The CI-sized run of the crash trials (`lance-context torture`): as many
+//! The CI-sized run of the crash trials (`lance-context dev torture`): as many
 //! seeded trials as fit in the time budget, at least 50, with a fresh base
 //! seed each run (printed, so a failure can be replayed with `--seed`).
 
@@ -9,6 +9,7 @@ fn crash_trials_lose_nothing() {
     let (code, out, err) = crate::support::cli(
         dir.path(),
         &[
+            "dev",
             "torture",
             "--trials",
             "100000",
@@ -37,7 +38,7 @@ fn the_seeds_that_found_defects_replay_clean() {
         let dir = tempfile::tempdir().unwrap();
         let (code, out, err) = crate::support::cli(
             dir.path(),
-            &["torture", "--trials", "1", "--seed", seed],
+            &["dev", "torture", "--trials", "1", "--seed", seed],
             "",
         );
         assert_eq!(code, 0, "seed {seed}:\n{out}\n{err}");

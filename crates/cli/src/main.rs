@@ -3,7 +3,8 @@
 //! `demo` is the main job on the embedded default (a registry of stores in a
 //! local directory). `store …` works on stores by name, `plugin …` on schema
 //! plugins; the dataset-level commands (`count`, `get`, `scan`, `status`,
-//! `merge`, `compact` with `--uri`) read any dataset without a registry.
+//! `merge`, `compact` with `--uri`) read any dataset without a registry;
+//! `dev …` holds the benchmarks and the crash trials.
 //!
 //! Layout: `args.rs` (shared argument types), `exit.rs` (exit codes from the
 //! host's one error kind), `output.rs` (tables, JSON Lines, progress),
@@ -21,10 +22,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use commands::{
-    bench, bench_peer, bench_plugins, bench_search, bench_server, dataset, demo, plugin, serve,
-    store, torture,
-};
+use commands::{dataset, demo, dev, plugin, serve, store};
 use output::Out;
 
 #[derive(Parser, Debug)]
@@ -47,8 +45,9 @@ enum Command {
     /// The product end to end: four stores (three built-in plugins and a user
     /// schema) loaded through their plugins, maintenance, every kind of read.
     Demo(demo::DemoCommand),
-    /// Stores by name in a data root: create, list, describe, drop, add,
-    /// get, scan, count, search, export, delete, status, versions, merge,
+    /// Stores by name in a data root, or through a server (`--server`):
+    /// create, adopt, list, describe, drop, add, upsert, patch, get, scan,
+    /// count, search, retrieve, export, delete, status, versions, merge,
     /// compact, index, named queries.
     Store(store::StoreArgs),
     /// Schema plugins: list, inspect a declaration, check a component.
@@ -60,26 +59,12 @@ enum Command {
     Serve(serve::ServeCommand),
     #[command(flatten)]
     Dataset(dataset::DatasetCommand),
-    /// Benchmark adds, merge and point lookups (key index vs full scan).
-    Bench(bench::BenchArgs),
-    /// Benchmark the plugin boundary: adds through the rollout plugin vs native.
-    BenchPlugins(bench_plugins::PluginBenchArgs),
-    /// Benchmark search: recall, BM25 agreement, vector/text/hybrid latency,
-    /// and the previous implementation's search side by side.
-    BenchSearch(bench_search::SearchBenchArgs),
-    /// Benchmark the REST server: adds and gets over loopback HTTP vs in process.
-    BenchServer(bench_server::ServerBenchArgs),
-    /// Benchmark against the previous implementation (lance-context 0.6.7,
-    /// installed into a venv): the single durable add, its floor (Lance's
-    /// own writer) and where its time goes.
-    BenchPeer(bench_peer::PeerBenchArgs),
-    /// Seeded crash trials: a writer (and an operator's maintenance) killed at
-    /// random moments, then every acknowledged write checked.
-    Torture(torture::TortureArgs),
-    #[command(hide = true)]
-    TortureWriter(torture::WorkerArgs),
-    #[command(hide = true)]
-    TortureMaintainer(torture::WorkerArgs),
+    /// For developers of lance-context: benchmarks (bench, bench-plugins,
+    /// bench-search, bench-server, bench-peer) and the crash trials (torture).
+    Dev {
+        #[command(subcommand)]
+        command: dev::DevCommand,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
 }
@@ -162,14 +147,7 @@ async fn run(command: Command, out: Out) -> Result<()> {
         Command::Plugin { command } => command.execute(out),
         Command::Serve(c) => c.execute().await,
         Command::Dataset(c) => c.execute(out).await,
-        Command::Bench(args) => bench::run(args).await,
-        Command::BenchPlugins(args) => bench_plugins::run(args).await,
-        Command::BenchSearch(args) => bench_search::run(args).await,
-        Command::BenchServer(args) => bench_server::run(args).await,
-        Command::BenchPeer(args) => bench_peer::run(args).await,
-        Command::Torture(args) => torture::run(args).await,
-        Command::TortureWriter(args) => torture::writer(args).await,
-        Command::TortureMaintainer(args) => torture::maintainer(args).await,
+        Command::Dev { command } => command.execute().await,
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -167,17 +167,13 @@ pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows,
             .collect::<Vec<Field>>(),
         schema.metadata().clone(),
     ));
-    let read_lines = |lines: &[String]| -> Result<RecordBatch, String> {
+    let read_lines = |lines: &[String]| -> Result<RecordBatch, arrow_schema::ArrowError> {
         let joined = lines.join("\n");
         let reader = arrow_json::ReaderBuilder::new(reading.clone())
             .with_strict_mode(true)
-            .build(std::io::Cursor::new(joined.into_bytes()))
-            .map_err(|e| format!("reading JSON: {e}"))?;
-        let batches = reader
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("reading JSON: {e}"))?;
+            .build(std::io::Cursor::new(joined.into_bytes()))?;
+        let batches = reader.collect::<Result<Vec<_>, _>>()?;
         arrow_select::concat::concat_batches(&reading, &batches)
-            .map_err(|e| format!("reading JSON: {e}"))
     };
     let read = if lines.is_empty() {
         None
@@ -196,10 +192,10 @@ pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows,
                             good.push(line);
                             good_rows.push(row);
                         }
-                        Err(message) => problems.push(InputProblem {
+                        Err(e) => problems.push(InputProblem {
                             row,
                             column: None,
-                            message,
+                            message: format!("reading JSON: {e}"),
                         }),
                     }
                 }
@@ -207,7 +203,10 @@ pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows,
                 rows = good_rows;
                 match good.is_empty() {
                     true => None,
-                    false => Some(read_lines(&good).map_err(|m| invalid(None, None, m))?),
+                    false => Some(
+                        read_lines(&good)
+                            .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?,
+                    ),
                 }
             }
         }
@@ -473,44 +472,86 @@ fn lossless(from: &DataType, to: &DataType) -> bool {
     }
 }
 
-/// Whether a JSON value fits a column of type `dt` without conversion: the
-/// problem otherwise. Null fits any type (nullability is checked later).
-fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), String> {
+/// Why a JSON value does not fit its column (said after "column 'c': ").
+#[derive(Debug, thiserror::Error)]
+enum Misfit {
+    #[error("expected {expected}, got {} ({value})", json_kind(.value))]
+    Expected {
+        expected: String,
+        value: serde_json::Value,
+    },
+    #[error("{value} is out of range ({range})")]
+    OutOfRange { value: String, range: String },
+    #[error("{0} is out of range for Float32")]
+    NotFloat32(f64),
+    #[error("'{0}' is not a date (YYYY-MM-DD)")]
+    NotDate(String),
+    #[error("'{0}' is not a timestamp (RFC 3339, e.g. 2026-11-30T10:00:00Z, or without a zone)")]
+    NotTimestamp(String),
+    #[error("expected {expected} values, got {got}")]
+    Length { expected: i32, got: usize },
+    #[error("item {0} is null")]
+    NullItem(usize),
+    #[error("item {0}: {1}")]
+    Item(usize, Box<Misfit>),
+    #[error("unknown field '{0}'")]
+    UnknownField(String),
+    #[error("field '{0}' is required (non-nullable)")]
+    Required(String),
+    #[error("{0}: {1}")]
+    Field(String, Box<Misfit>),
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
     use serde_json::Value as J;
-    if v.is_null() {
-        return Ok(());
-    }
-    let kind = |v: &J| match v {
+    match v {
         J::Null => "null",
         J::Bool(_) => "a boolean",
         J::Number(_) => "a number",
         J::String(_) => "a string",
         J::Array(_) => "an array",
         J::Object(_) => "an object",
+    }
+}
+
+/// Whether a JSON value fits a column of type `dt` without conversion: the
+/// problem otherwise. Null fits any type (nullability is checked later).
+fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), Misfit> {
+    use serde_json::Value as J;
+    if v.is_null() {
+        return Ok(());
+    }
+    let expected = |what: &str| {
+        Err(Misfit::Expected {
+            expected: what.to_string(),
+            value: v.clone(),
+        })
     };
-    let expected = |what: &str| Err(format!("expected {what}, got {} ({v})", kind(v)));
+    let out_of_range = |value: String, range: String| Err(Misfit::OutOfRange { value, range });
     let int = |min: i64, max: i64| match v.as_i64() {
         Some(i) if (min..=max).contains(&i) => Ok(()),
-        Some(i) => Err(format!("{i} is out of range ({min}..={max})")),
+        Some(i) => out_of_range(i.to_string(), format!("{min}..={max}")),
         None => match v.as_u64() {
-            Some(u) => Err(format!("{u} is out of range ({min}..={max})")),
+            Some(u) => out_of_range(u.to_string(), format!("{min}..={max}")),
             None => expected("an integer"),
         },
     };
     let uint = |max: u64| match v.as_u64() {
         Some(u) if u <= max => Ok(()),
-        Some(u) => Err(format!("{u} is out of range (0..={max})")),
+        Some(u) => out_of_range(u.to_string(), format!("0..={max}")),
         None => match v.as_i64() {
-            Some(i) => Err(format!("{i} is out of range (0..={max})")),
+            Some(i) => out_of_range(i.to_string(), format!("0..={max}")),
             None => expected("a non-negative integer"),
         },
     };
+    let item = |i: usize, item: &J, dt: &DataType| {
+        check_json(dt, item).map_err(|p| Misfit::Item(i, Box::new(p)))
+    };
     match dt {
-        DataType::Boolean => v
-            .is_boolean()
-            .then_some(())
-            .ok_or(())
-            .or_else(|()| expected("a boolean")),
+        DataType::Boolean => match v.is_boolean() {
+            true => Ok(()),
+            false => expected("a boolean"),
+        },
         DataType::Int8 => int(i8::MIN.into(), i8::MAX.into()),
         DataType::Int16 => int(i16::MIN.into(), i16::MAX.into()),
         DataType::Int32 => int(i32::MIN.into(), i32::MAX.into()),
@@ -521,19 +562,20 @@ fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), String> {
         DataType::UInt64 => uint(u64::MAX),
         DataType::Float16 | DataType::Float32 | DataType::Float64 => match v.as_f64() {
             Some(f) if matches!(dt, DataType::Float32) && !(f as f32).is_finite() => {
-                Err(format!("{f} is out of range for Float32"))
+                Err(Misfit::NotFloat32(f))
             }
             Some(_) => Ok(()),
             None => expected("a number"),
         },
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(..) => v
-            .is_string()
-            .then_some(())
-            .ok_or(())
-            .or_else(|()| expected("a string")),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(..) => {
+            match v.is_string() {
+                true => Ok(()),
+                false => expected("a string"),
+            }
+        }
         DataType::Date32 => match v.as_str() {
             Some(s) if chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok() => Ok(()),
-            Some(s) => Err(format!("'{s}' is not a date (YYYY-MM-DD)")),
+            Some(s) => Err(Misfit::NotDate(s.to_string())),
             None => expected("a date string (YYYY-MM-DD)"),
         },
         DataType::Timestamp(..) => match v.as_str() {
@@ -543,43 +585,42 @@ fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), String> {
             {
                 Ok(())
             }
-            Some(s) => Err(format!(
-                "'{s}' is not a timestamp (RFC 3339, e.g. 2026-11-30T10:00:00Z, or without a zone)"
-            )),
+            Some(s) => Err(Misfit::NotTimestamp(s.to_string())),
             None => expected("a timestamp string (RFC 3339)"),
         },
         DataType::List(f) | DataType::LargeList(f) => match v.as_array() {
-            Some(items) => items.iter().enumerate().try_for_each(|(i, item)| {
-                check_json(f.data_type(), item).map_err(|p| format!("item {i}: {p}"))
-            }),
+            Some(items) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, it)| item(i, it, f.data_type())),
             None => expected("an array"),
         },
         DataType::FixedSizeList(f, n) => match v.as_array() {
-            Some(items) if items.len() != *n as usize => {
-                Err(format!("expected {n} values, got {}", items.len()))
-            }
-            Some(items) => items.iter().enumerate().try_for_each(|(i, item)| {
-                if item.is_null() {
-                    return Err(format!("item {i} is null"));
+            Some(items) if items.len() != *n as usize => Err(Misfit::Length {
+                expected: *n,
+                got: items.len(),
+            }),
+            Some(items) => items.iter().enumerate().try_for_each(|(i, it)| {
+                if it.is_null() {
+                    return Err(Misfit::NullItem(i));
                 }
-                check_json(f.data_type(), item).map_err(|p| format!("item {i}: {p}"))
+                item(i, it, f.data_type())
             }),
             None => expected(&format!("an array of {n} values")),
         },
         DataType::Struct(fields) => match v.as_object() {
             Some(o) => {
                 if let Some(unknown) = o.keys().find(|k| fields.find(k).is_none()) {
-                    return Err(format!("unknown field '{unknown}'"));
+                    return Err(Misfit::UnknownField(unknown.clone()));
                 }
                 fields.iter().try_for_each(|f| match o.get(f.name()) {
                     // A non-nullable field of a struct that is given must be
                     // given too (Arrow's reader would refuse it unnamed).
                     None | Some(J::Null) if !f.is_nullable() => {
-                        Err(format!("field '{}' is required (non-nullable)", f.name()))
+                        Err(Misfit::Required(f.name().clone()))
                     }
-                    Some(item) => {
-                        check_json(f.data_type(), item).map_err(|p| format!("{}: {p}", f.name()))
-                    }
+                    Some(it) => check_json(f.data_type(), it)
+                        .map_err(|p| Misfit::Field(f.name().clone(), Box::new(p))),
                     None => Ok(()),
                 })
             }

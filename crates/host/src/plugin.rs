@@ -47,6 +47,7 @@
 
 mod abi;
 mod cache;
+mod call;
 mod compile;
 mod error;
 mod loader;
@@ -56,6 +57,7 @@ mod sandbox;
 mod slots;
 
 pub use cache::{CacheStats, default_cache_dir};
+pub use call::LoadedPlugin;
 pub use compile::{COMPILER_ARG, Compiler, ShapeLimits, compiler_main, use_compiler_program};
 pub use error::{CompileLimit, PluginError, RowError, Violation};
-pub use runtime::{ABI_VERSION, LoadedPlugin, PluginDeclaration, PluginLimits, PluginRuntime};
+pub use runtime::{ABI_VERSION, PluginDeclaration, PluginLimits, PluginRuntime};

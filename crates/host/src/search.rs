@@ -144,7 +144,20 @@ pub fn conditions(list: &[Condition]) -> Result<Vec<lance_context_store::Conditi
         .collect()
 }
 
-fn condition(c: &Condition) -> Result<lance_context_store::Condition, String> {
+/// Why a condition of a request is not one (said after "where[N]: ").
+#[derive(Debug, thiserror::Error)]
+enum BadCondition {
+    #[error(
+        "a condition on '{0}' takes exactly one of eq, in, a range (gt/gte/lt/lte) or contains"
+    )]
+    NotOneTest(String),
+    #[error("{0} is out of range")]
+    OutOfRange(serde_json::Number),
+    #[error("values are booleans, numbers or strings, not {0}")]
+    NotScalar(Value),
+}
+
+fn condition(c: &Condition) -> Result<lance_context_store::Condition, BadCondition> {
     use lance_context_store::Condition as C;
     let column = c.column.clone();
     let range = [&c.gt, &c.gte, &c.lt, &c.lte].iter().any(|b| b.is_some());
@@ -158,10 +171,7 @@ fn condition(c: &Condition) -> Result<lance_context_store::Condition, String> {
     .filter(|k| **k)
     .count();
     if kinds != 1 {
-        return Err(format!(
-            "a condition on '{}' takes exactly one of eq, in, a range (gt/gte/lt/lte) or contains",
-            c.column
-        ));
+        return Err(BadCondition::NotOneTest(c.column.clone()));
     }
     let bound = |v: &Option<Value>| v.as_ref().map(value).transpose();
     Ok(if let Some(v) = &c.eq {
@@ -190,17 +200,15 @@ fn condition(c: &Condition) -> Result<lance_context_store::Condition, String> {
     })
 }
 
-fn value(v: &Value) -> Result<FilterValue, String> {
+fn value(v: &Value) -> Result<FilterValue, BadCondition> {
     match v {
         Value::Bool(b) => Ok(FilterValue::Bool(*b)),
         Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => Ok(FilterValue::Int(i)),
             (None, Some(x)) => Ok(FilterValue::Float(x)),
-            _ => Err(format!("{n} is out of range")),
+            _ => Err(BadCondition::OutOfRange(n.clone())),
         },
         Value::String(s) => Ok(FilterValue::Text(s.clone())),
-        other => Err(format!(
-            "values are booleans, numbers or strings, not {other}"
-        )),
+        other => Err(BadCondition::NotScalar(other.clone())),
     }
 }

@@ -444,7 +444,7 @@ fn queries(spec: &SchemaSpec, seen: &HashSet<&str>, p: Report) {
         let used = match placeholders(&q.filter) {
             Ok(used) => used,
             Err(why) => {
-                p(at(".filter"), why);
+                p(at(".filter"), why.to_string());
                 Vec::new()
             }
         };
@@ -552,7 +552,7 @@ fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&st
         && let Some(t) = t
         && let Err(why) = default_fits(default, t).and_then(|()| default_keeps_rules(default, t, r))
     {
-        p(at(".rules.default"), why);
+        p(at(".rules.default"), why.to_string());
     }
     if let Some(values) = &r.one_of {
         if values.is_empty() {
@@ -573,7 +573,7 @@ fn check_rules(c: &ColumnSpec, t: Option<&DataType>, p: Report, at: &impl Fn(&st
 /// Whether a column default fits its type: `"now"` for timestamps, a
 /// string for strings, an integer in range for integers, a number for
 /// floats, a boolean for booleans; no default for other types.
-fn default_fits(v: &serde_json::Value, t: &DataType) -> Result<(), String> {
+fn default_fits(v: &serde_json::Value, t: &DataType) -> Result<(), BadDefault> {
     use serde_json::Value;
     let ok = match (t, v) {
         (DataType::Timestamp(..), Value::String(s)) => s == "now",
@@ -592,14 +592,14 @@ fn default_fits(v: &serde_json::Value, t: &DataType) -> Result<(), String> {
     match ok {
         true => Ok(()),
         false => Err(match t {
-            DataType::Timestamp(..) => format!("a timestamp's default is \"now\", got {v}"),
-            t if t.is_integer() => format!("the default {v} is not a {t} integer"),
+            DataType::Timestamp(..) => BadDefault::NotNow(v.clone()),
+            t if t.is_integer() => BadDefault::NotInteger(v.clone(), t.clone()),
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Dictionary(..) => {
-                format!("the default {v} is not a string")
+                BadDefault::NotString(v.clone())
             }
-            DataType::Boolean => format!("the default {v} is not a boolean"),
-            DataType::Float32 | DataType::Float64 => format!("the default {v} is not a number"),
-            t => format!("a {t} column takes no default"),
+            DataType::Boolean => BadDefault::NotBoolean(v.clone()),
+            DataType::Float32 | DataType::Float64 => BadDefault::NotNumber(v.clone()),
+            t => BadDefault::NoDefault(t.clone()),
         }),
     }
 }
@@ -620,41 +620,74 @@ fn default_keeps_rules(
     v: &serde_json::Value,
     t: &DataType,
     r: &crate::spec::ColumnRules,
-) -> Result<(), String> {
+) -> Result<(), BadDefault> {
     if let Some(s) = v.as_str().filter(|_| !matches!(t, DataType::Timestamp(..))) {
         if r.non_empty && s.is_empty() {
-            return Err("the default is empty but the column is non_empty".into());
+            return Err(BadDefault::Empty);
         }
         if let Some(max) = r.max_length
             && s.chars().count() as u64 > max
         {
-            return Err(format!("the default is longer than max_length {max}"));
+            return Err(BadDefault::TooLong(max));
         }
         if let Some(allowed) = &r.one_of
             && !allowed.iter().any(|a| a == s)
         {
-            return Err(format!(
-                "the default '{s}' is not one of {}",
-                allowed.join(", ")
-            ));
+            return Err(BadDefault::NotOneOf(s.to_string(), allowed.join(", ")));
         }
     }
     if let Some(x) = v.as_f64() {
         if *t == DataType::Float32 && x.is_finite() && x.abs() > f64::from(f32::MAX) {
-            return Err(format!("the default {v} is not a finite Float32"));
+            return Err(BadDefault::NotFloat32(v.clone()));
         }
         if let Some(min) = r.min
             && x < min
         {
-            return Err(format!("the default {v} is below min {min}"));
+            return Err(BadDefault::BelowMin(v.clone(), min));
         }
         if let Some(max) = r.max
             && x > max
         {
-            return Err(format!("the default {v} is above max {max}"));
+            return Err(BadDefault::AboveMax(v.clone(), max));
         }
     }
     Ok(())
+}
+
+/// Why a column's default does not fit the column.
+#[derive(Debug)]
+enum BadDefault {
+    NotNow(serde_json::Value),
+    NotInteger(serde_json::Value, DataType),
+    NotString(serde_json::Value),
+    NotBoolean(serde_json::Value),
+    NotNumber(serde_json::Value),
+    NoDefault(DataType),
+    Empty,
+    TooLong(u64),
+    NotOneOf(String, String),
+    NotFloat32(serde_json::Value),
+    BelowMin(serde_json::Value, f64),
+    AboveMax(serde_json::Value, f64),
+}
+
+impl std::fmt::Display for BadDefault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotNow(v) => write!(f, "a timestamp's default is \"now\", got {v}"),
+            Self::NotInteger(v, t) => write!(f, "the default {v} is not a {t} integer"),
+            Self::NotString(v) => write!(f, "the default {v} is not a string"),
+            Self::NotBoolean(v) => write!(f, "the default {v} is not a boolean"),
+            Self::NotNumber(v) => write!(f, "the default {v} is not a number"),
+            Self::NoDefault(t) => write!(f, "a {t} column takes no default"),
+            Self::Empty => write!(f, "the default is empty but the column is non_empty"),
+            Self::TooLong(max) => write!(f, "the default is longer than max_length {max}"),
+            Self::NotOneOf(s, allowed) => write!(f, "the default '{s}' is not one of {allowed}"),
+            Self::NotFloat32(v) => write!(f, "the default {v} is not a finite Float32"),
+            Self::BelowMin(v, min) => write!(f, "the default {v} is below min {min}"),
+            Self::AboveMax(v, max) => write!(f, "the default {v} is above max {max}"),
+        }
+    }
 }
 
 fn int_in_range(t: &DataType, v: i128) -> bool {

@@ -76,11 +76,24 @@ enum Piece<'a> {
     Param(&'a str),
 }
 
+/// A filter template's `{` without its `}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unclosed {
+    /// The brace's byte offset.
+    pub at: usize,
+}
+
+impl std::fmt::Display for Unclosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "'{{' at byte {} is not closed", self.at)
+    }
+}
+
 /// Split a filter template into text and placeholders, in one pass. Braces
 /// inside single-quoted strings or double-quoted identifiers are text, not
 /// placeholders (the check refuses a placeholder written inside quotes: the
 /// host quotes values itself).
-fn pieces(filter: &str) -> Result<Vec<Piece<'_>>, String> {
+fn pieces(filter: &str) -> Result<Vec<Piece<'_>>, Unclosed> {
     let mut out = Vec::new();
     let mut text_start = 0;
     let mut quote: Option<char> = None;
@@ -92,9 +105,7 @@ fn pieces(filter: &str) -> Result<Vec<Piece<'_>>, String> {
             (None, '\'' | '"') => quote = Some(c),
             (None, '{') => {
                 let rest = &filter[i + 1..];
-                let end = rest
-                    .find('}')
-                    .ok_or_else(|| format!("'{{' at byte {i} is not closed"))?;
+                let end = rest.find('}').ok_or(Unclosed { at: i })?;
                 out.push(Piece::Text(&filter[text_start..i]));
                 out.push(Piece::Param(&rest[..end]));
                 text_start = i + 1 + end + 1;
@@ -146,9 +157,9 @@ impl QuerySpec {
         for p in &self.params {
             value(p)?;
         }
-        let pieces = pieces(&self.filter).map_err(|message| BindError::Template {
+        let pieces = pieces(&self.filter).map_err(|e| BindError::Template {
             query: self.name.clone(),
-            message,
+            message: e.to_string(),
         })?;
         let mut filter = String::with_capacity(self.filter.len() + 16);
         for piece in pieces {
@@ -179,7 +190,7 @@ impl QuerySpec {
 }
 
 /// The `{name}` placeholders of a filter template (outside quotes).
-pub(crate) fn placeholders(filter: &str) -> Result<Vec<String>, String> {
+pub(crate) fn placeholders(filter: &str) -> Result<Vec<String>, Unclosed> {
     Ok(pieces(filter)?
         .into_iter()
         .filter_map(|p| match p {

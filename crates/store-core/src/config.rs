@@ -281,7 +281,7 @@ impl Default for MergeSettings {
 /// snapshot (any reader younger than `keep_for` is safe whatever
 /// `keep_versions` says); every kept version keeps the data files it
 /// references — at 10 versions a store merged often held ~3× its table's
-/// size on disk, at 2 about 1.5× (`lance-context bench --retention-merges`).
+/// size on disk, at 2 about 1.5× (`lance-context dev bench --retention-merges`).
 #[derive(Debug, Clone)]
 pub struct RetentionSettings {
     /// The newest versions always kept (at least 1).

@@ -1,4 +1,4 @@
-//! `lance-context bench`: side-by-side figures for the storage engine, in one run.
+//! `lance-context dev bench`: side-by-side figures for the storage engine, in one run.
 //!
 //! 1. Write `rows` rows through durable adds of `batch` rows each.
 //! 2. Merge them from the WAL into the base table: rows/s, the merge's peak

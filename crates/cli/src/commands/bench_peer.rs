@@ -1,4 +1,4 @@
-//! `lance-context bench-peer`: this host against the previous
+//! `lance-context dev bench-peer`: this host against the previous
 //! implementation (the `lance-context` 0.6.7 Python package, installed into
 //! a virtual environment), side by side in one run, alternating.
 //!

@@ -1,4 +1,4 @@
-//! `lance-context bench-plugins`: the cost of the plugin boundary, side by side.
+//! `lance-context dev bench-plugins`: the cost of the plugin boundary, side by side.
 //!
 //! For batches of 1k, 10k and 100k rollout rows (the built-in rollout plugin):
 //! a durable add through the plugin (the pipeline: input matched by name, one

@@ -1,4 +1,4 @@
-//! `lance-context bench --records-rows N`: what record capabilities cost at
+//! `lance-context dev bench --records-rows N`: what record capabilities cost at
 //! scale, and what retention saves, side by side in one run.
 //!
 //! Two stores of the same context-like schema (key, secondary key, run,

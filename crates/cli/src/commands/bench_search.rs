@@ -1,4 +1,4 @@
-//! `lance-context bench-search`: search quality and latency, measured, and
+//! `lance-context dev bench-search`: search quality and latency, measured, and
 //! the previous implementation's `search` / `retrieve` on the same records.
 //!
 //! A store of N generated records (a key, a category, a text from a Zipfian

@@ -1,4 +1,4 @@
-//! `lance-context bench-server`: the REST server against the same
+//! `lance-context dev bench-server`: the REST server against the same
 //! operations in process — adds of 1 and of 1,000 records and gets by key,
 //! from N concurrent clients over loopback — latency (p50, p99), throughput,
 //! and the ratio HTTP / in-process.

@@ -9,6 +9,7 @@ pub mod bench_search;
 pub mod bench_server;
 pub mod dataset;
 pub mod demo;
+pub mod dev;
 pub mod export;
 pub mod plugin;
 pub mod plugin_new;

@@ -148,15 +148,18 @@ pub async fn retrieve(named: &NamedStore, c: &RetrieveCommand, out: Out) -> Resu
 /// A query vector: a JSON array or comma-separated numbers.
 pub fn parse_vector(text: &str) -> Result<Vec<f32>> {
     let trimmed = text.trim();
-    let values: Result<Vec<f32>, String> = if trimmed.starts_with('[') {
-        serde_json::from_str::<Vec<f32>>(trimmed).map_err(|e| e.to_string())
-    } else {
-        trimmed
-            .split(',')
-            .map(|v| v.trim().parse::<f32>().map_err(|e| format!("'{v}': {e}")))
-            .collect()
-    };
-    values.map_err(|e| usage(format!("--vector: {e}")))
+    if trimmed.starts_with('[') {
+        return serde_json::from_str::<Vec<f32>>(trimmed)
+            .map_err(|e| usage(format!("--vector: {e}")));
+    }
+    trimmed
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<f32>()
+                .map_err(|e| usage(format!("--vector: '{v}': {e}")))
+        })
+        .collect()
 }
 
 /// `--where` arguments as conditions.

@@ -1,4 +1,4 @@
-//! `lance-context torture`: seeded crash trials in real processes.
+//! `lance-context dev torture`: seeded crash trials in real processes.
 //!
 //! Each trial creates a store by name (a SchemaSpec store: the registry and
 //! the spec plugin are on the path), then starts a **writer** process that
@@ -431,7 +431,8 @@ fn spawn(
     storage: &[crate::args::StorageOption],
 ) -> Result<Child> {
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg(command)
+    cmd.arg("dev")
+        .arg(command)
         .arg("--root")
         .arg(root)
         .arg("--seed")

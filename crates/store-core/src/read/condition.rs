@@ -61,11 +61,11 @@ pub const MAX_IN_VALUES: usize = 10_000;
 pub fn compile_conditions(schema: &Schema, conditions: &[Condition]) -> Result<Option<String>> {
     let mut parts = Vec::new();
     for (i, condition) in conditions.iter().enumerate() {
-        let at = |m: String| Error::invalid_argument(format!("condition {i}: {m}"));
+        let at = |m: Unfit| Error::invalid_argument(format!("condition {i}: {m}"));
         let name = condition.column();
         let field = schema
             .field_with_name(name)
-            .map_err(|_| at(format!("no column '{name}'")))?;
+            .map_err(|_| at(Unfit::NoColumn(name.to_string())))?;
         let column = identifier(name);
         let ty = field.data_type();
         let value = |v: &FilterValue| literal(ty, v).map_err(at);
@@ -77,13 +77,10 @@ pub fn compile_conditions(schema: &Schema, conditions: &[Condition]) -> Result<O
             Condition::In { values, .. } => {
                 scalar_only(ty).map_err(at)?;
                 if values.is_empty() {
-                    return Err(at("'in' needs at least one value".into()));
+                    return Err(at(Unfit::EmptyIn));
                 }
                 if values.len() > MAX_IN_VALUES {
-                    return Err(at(format!(
-                        "'in' takes at most {MAX_IN_VALUES} values, got {}",
-                        values.len()
-                    )));
+                    return Err(at(Unfit::LongIn(values.len())));
                 }
                 let list: Vec<String> = values.iter().map(value).collect::<Result<_>>()?;
                 format!("{column} IN ({})", list.join(", "))
@@ -92,9 +89,7 @@ pub fn compile_conditions(schema: &Schema, conditions: &[Condition]) -> Result<O
                 gt, gte, lt, lte, ..
             } => {
                 if !(ty.is_numeric() || matches!(ty, DataType::Timestamp(..) | DataType::Date32)) {
-                    return Err(at(format!(
-                        "a range needs a number or timestamp column; '{name}' is {ty}"
-                    )));
+                    return Err(at(Unfit::NotOrdered(name.to_string(), ty.clone())));
                 }
                 let mut bounds = Vec::new();
                 for (op, bound) in [(">", gt), (">=", gte), ("<", lt), ("<=", lte)] {
@@ -103,7 +98,7 @@ pub fn compile_conditions(schema: &Schema, conditions: &[Condition]) -> Result<O
                     }
                 }
                 if bounds.is_empty() {
-                    return Err(at("a range needs at least one bound".into()));
+                    return Err(at(Unfit::NoBound));
                 }
                 bounds.join(" AND ")
             }
@@ -116,12 +111,10 @@ pub fn compile_conditions(schema: &Schema, conditions: &[Condition]) -> Result<O
                 }
                 DataType::Utf8 | DataType::LargeUtf8 => match v {
                     FilterValue::Text(t) => format!("strpos({column}, {}) > 0", quote(t)),
-                    _ => return Err(at("'contains' on a text column takes text".into())),
+                    _ => return Err(at(Unfit::ContainsNotText)),
                 },
                 other => {
-                    return Err(at(format!(
-                        "'contains' needs a list or text column; '{name}' is {other}"
-                    )));
+                    return Err(at(Unfit::NotContainer(name.to_string(), other.clone())));
                 }
             },
         };
@@ -130,7 +123,37 @@ pub fn compile_conditions(schema: &Schema, conditions: &[Condition]) -> Result<O
     Ok((!parts.is_empty()).then(|| parts.join(" AND ")))
 }
 
-fn scalar_only(ty: &DataType) -> std::result::Result<(), String> {
+/// Why a condition does not fit the store's columns (said after
+/// "condition N: ").
+#[derive(Debug, thiserror::Error)]
+enum Unfit {
+    #[error("no column '{0}'")]
+    NoColumn(String),
+    #[error("'in' needs at least one value")]
+    EmptyIn,
+    #[error("'in' takes at most {MAX_IN_VALUES} values, got {0}")]
+    LongIn(usize),
+    #[error("a range needs a number or timestamp column; '{0}' is {1}")]
+    NotOrdered(String, DataType),
+    #[error("a range needs at least one bound")]
+    NoBound,
+    #[error("'contains' on a text column takes text")]
+    ContainsNotText,
+    #[error("'contains' needs a list or text column; '{0}' is {1}")]
+    NotContainer(String, DataType),
+    #[error("a {0} column cannot be compared to a value")]
+    NotScalar(DataType),
+    #[error("{0} is not a finite number")]
+    NotFinite(f64),
+    #[error("'{0}' is not a date (YYYY-MM-DD): {1}")]
+    NotDate(String, chrono::ParseError),
+    #[error("'{0}' is not a time (RFC 3339, e.g. 2026-01-02T03:04:05Z, or a date 2026-01-02)")]
+    NotTime(String),
+    #[error("{} does not fit a {ty} column", describe(.value))]
+    WrongKind { value: FilterValue, ty: DataType },
+}
+
+fn scalar_only(ty: &DataType) -> std::result::Result<(), Unfit> {
     match ty {
         DataType::List(_)
         | DataType::LargeList(_)
@@ -138,7 +161,7 @@ fn scalar_only(ty: &DataType) -> std::result::Result<(), String> {
         | DataType::Struct(_)
         | DataType::Map(..)
         | DataType::Binary
-        | DataType::LargeBinary => Err(format!("a {ty} column cannot be compared to a value")),
+        | DataType::LargeBinary => Err(Unfit::NotScalar(ty.clone())),
         _ => Ok(()),
     }
 }
@@ -162,7 +185,7 @@ fn quote(text: &str) -> String {
 }
 
 /// `value` as a SQL literal for a column of type `ty`.
-fn literal(ty: &DataType, value: &FilterValue) -> std::result::Result<String, String> {
+fn literal(ty: &DataType, value: &FilterValue) -> std::result::Result<String, Unfit> {
     match (ty, value) {
         (DataType::Boolean, FilterValue::Bool(b)) => Ok(b.to_string()),
         (t, FilterValue::Int(n)) if t.is_numeric() => Ok(n.to_string()),
@@ -170,7 +193,7 @@ fn literal(ty: &DataType, value: &FilterValue) -> std::result::Result<String, St
             if x.is_finite() {
                 Ok(format!("{x:?}"))
             } else {
-                Err(format!("{x} is not a finite number"))
+                Err(Unfit::NotFinite(*x))
             }
         }
         (DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View, FilterValue::Text(t)) => {
@@ -183,10 +206,13 @@ fn literal(ty: &DataType, value: &FilterValue) -> std::result::Result<String, St
         (DataType::Timestamp(..), FilterValue::Int(n)) => Ok(format!("to_timestamp_micros({n})")),
         (DataType::Date32, FilterValue::Text(t)) => {
             chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
-                .map_err(|e| format!("'{t}' is not a date (YYYY-MM-DD): {e}"))?;
+                .map_err(|e| Unfit::NotDate(t.clone(), e))?;
             Ok(format!("DATE {}", quote(t)))
         }
-        (ty, value) => Err(format!("{} does not fit a {ty} column", describe(value))),
+        (ty, value) => Err(Unfit::WrongKind {
+            value: value.clone(),
+            ty: ty.clone(),
+        }),
     }
 }
 
@@ -200,7 +226,7 @@ fn describe(value: &FilterValue) -> String {
 }
 
 /// An RFC 3339 time or a date (midnight UTC) as microseconds since the epoch.
-fn parse_time(text: &str) -> std::result::Result<i64, String> {
+fn parse_time(text: &str) -> std::result::Result<i64, Unfit> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
         return Ok(t.timestamp_micros());
     }
@@ -211,9 +237,7 @@ fn parse_time(text: &str) -> std::result::Result<i64, String> {
             .and_utc()
             .timestamp_micros());
     }
-    Err(format!(
-        "'{text}' is not a time (RFC 3339, e.g. 2026-01-02T03:04:05Z, or a date 2026-01-02)"
-    ))
+    Err(Unfit::NotTime(text.to_string()))
 }
 
 #[cfg(test)]

@@ -562,12 +562,9 @@ fn task_context() -> Arc<TaskContext> {
 pub(crate) fn parse_filter(
     schema: &arrow_schema::Schema,
     filter: &str,
-) -> std::result::Result<Expr, String> {
-    let schema = datafusion::common::DFSchema::try_from(schema.clone())
-        .map_err(|e| format!("Failed to create DFSchema: {e}"))?;
-    session()
-        .parse_sql_expr(filter, &schema)
-        .map_err(|e| format!("Failed to parse filter expression: {e}"))
+) -> std::result::Result<Expr, datafusion::error::DataFusionError> {
+    let schema = datafusion::common::DFSchema::try_from(schema.clone())?;
+    session().parse_sql_expr(filter, &schema)
 }
 
 /// The session the engine's own expressions are planned in (defaults only),
