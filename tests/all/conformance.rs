@@ -658,6 +658,8 @@ fn every_store_command_answers_the_same_locally_and_through_a_server() {
             "",
         ),
         ("list", vec!["list"], ""),
+        ("describe", vec!["describe", "mem"], ""),
+        ("describe missing", vec!["describe", "nope"], ""),
         ("add", vec!["add", "tickets", "-"], &tickets),
         (
             "add refused",
@@ -813,4 +815,136 @@ fn every_store_command_answers_the_same_locally_and_through_a_server() {
             );
         }
     }
+}
+
+/// A store of the hostile test plugin (`{"mode": "loop"}` spins until the
+/// call deadline).
+fn hostile(name: &str) -> CreateStore {
+    use base64::Engine as _;
+    let wasm = std::fs::read(lance_context_host::built_plugin("test_hostile")).unwrap();
+    let mut create = CreateStore::builtin(name, "rollout");
+    create.plugin = None;
+    create.plugin_wasm_base64 = Some(base64::engine::general_purpose::STANDARD.encode(wasm));
+    create
+}
+
+fn code_of<T: std::fmt::Debug>(result: &Result<T, ClientError>) -> Option<&str> {
+    match result {
+        Err(ClientError::Api { error, .. }) => Some(error.code.as_str()),
+        _ => None,
+    }
+}
+
+/// A store dropped while an operation runs on it: no call meanwhile opens
+/// it again (which would fence the running operation and keep a handle on
+/// deleted data), and every call after the drop finds no store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_dropped_while_busy_is_gone_for_every_later_call() {
+    let root = tempfile::tempdir().unwrap();
+    let api = Arc::new(embedded(root.path(), Residency::Resident));
+    api.create_store(&hostile("hot")).await.unwrap();
+    api.add("hot", &[json!({"id": "warm", "mode": ""})])
+        .await
+        .unwrap();
+    // Spins in the plugin until the call deadline (5 s), holding a slot.
+    let busy = tokio::spawn({
+        let api = api.clone();
+        async move { api.add("hot", &[json!({"id": "k", "mode": "loop"})]).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let dropping = tokio::spawn({
+        let api = api.clone();
+        async move { api.drop_store("hot").await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let during = api.get("hot", "warm").await;
+    assert_eq!(code_of(&during), Some("not_found"), "{during:?}");
+    let busy = busy.await.unwrap();
+    assert_eq!(code_of(&busy), Some("plugin_fault"), "{busy:?}");
+    let dropped = dropping.await.unwrap().unwrap();
+    assert!(dropped.data_deleted);
+    let get = api.get("hot", "warm").await;
+    assert_eq!(code_of(&get), Some("not_found"), "{get:?}");
+    let add = api.add("hot", &[json!({"id": "late", "mode": ""})]).await;
+    assert_eq!(code_of(&add), Some("not_found"), "{add:?}");
+    let stats = api.stats("hot").await;
+    assert_eq!(code_of(&stats), Some("not_found"), "{stats:?}");
+    // The name is free again, and the new store works.
+    let tickets = CreateStore::spec("hot", serde_json::from_str(TICKETS).unwrap());
+    api.create_store(&tickets).await.unwrap();
+    api.add("hot", &[json!({"id": "t1", "team": "a", "n": 1})])
+        .await
+        .unwrap();
+    assert!(api.get("hot", "t1").await.unwrap().is_some());
+    api.shutdown().await.unwrap();
+}
+
+/// Calls on a name while it is being created wait for the create and use
+/// its store: no second writer fences the create's, so writes go on after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_racing_a_create_do_not_fence_the_new_store() {
+    let root = tempfile::tempdir().unwrap();
+    let api = Arc::new(embedded(root.path(), Residency::Resident));
+    for round in 0..6 {
+        let name = format!("s{round}");
+        // A caller polling the name while it is created (in this task,
+        // interleaved with the create at every await).
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let poll = async {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = api.get(&name, "x").await;
+                tokio::task::yield_now().await;
+            }
+        };
+        let tickets = CreateStore::spec(&name, serde_json::from_str(TICKETS).unwrap());
+        let create = async {
+            let created = api.create_store(&tickets).await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            created
+        };
+        let ((), created) = tokio::join!(poll, create);
+        created.unwrap();
+        for i in 0..3 {
+            let added = api
+                .add(
+                    &name,
+                    &[json!({"id": format!("t{i}"), "team": "a", "n": i})],
+                )
+                .await;
+            assert!(added.is_ok(), "round {round}, add {i}: {added:?}");
+        }
+    }
+    api.shutdown().await.unwrap();
+}
+
+/// An operator's write where the data root is (here `store merge`) fences
+/// a running server's writer; the server takes the store back at its next
+/// write, which says to retry, and every write after it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_fenced_by_an_operators_command_takes_its_store_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProc::start(dir.path(), &[]);
+    let client = server.client();
+    let tickets = CreateStore::spec("tickets", serde_json::from_str(TICKETS).unwrap());
+    client.create_store(&tickets).await.unwrap();
+    let record = |i: usize| json!({"id": format!("t{i}"), "team": "a", "n": i});
+    client.add("tickets", &[record(0)]).await.unwrap();
+    let (code, _, err) = tokio::task::spawn_blocking({
+        let root = dir.path().to_path_buf();
+        move || crate::support::cli(&root, &["store", "merge", "tickets", "--root", "."], "")
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    // The first write may find the writer fenced: refused (it did not
+    // land), saying to retry.
+    let first = client.add("tickets", &[record(1)]).await;
+    if let Err(ClientError::Api { error, .. }) = &first {
+        assert!(error.message.contains("retry"), "{error:?}");
+        client.add("tickets", &[record(1)]).await.unwrap();
+    }
+    for i in 2..6 {
+        client.add("tickets", &[record(i)]).await.unwrap();
+    }
+    assert_eq!(client.stats("tickets").await.unwrap().rows, 6);
 }

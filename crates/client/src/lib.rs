@@ -240,6 +240,19 @@ pub struct StoreInfo {
     pub spec: Value,
     /// When it was created (RFC 3339).
     pub created_at: String,
+    /// The creation parameters, each value JSON (a SchemaSpec store's spec
+    /// is in `spec`, not here).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub params: BTreeMap<String, Value>,
+    /// The storage option keys given when it was created (values are never
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage_option_keys: Vec<String>,
+    /// Whether it was adopted: an existing dataset registered where it is
+    /// (dropping it keeps the dataset when the adoption did not finish).
+    #[serde(default)]
+    pub adopted: bool,
 }
 
 /// The plugin a store pins.

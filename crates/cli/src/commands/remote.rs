@@ -201,10 +201,16 @@ pub async fn add(
                 status,
                 error: lance_context_client::ApiError {
                     code: code.to_string(),
-                    message: format!(
-                        "{message} ({} record(s) added before this batch, none from it)",
-                        added
-                    ),
+                    message: match code {
+                        // The write goes on past the deadline: it may land.
+                        "deadline" => format!(
+                            "{message} ({added} record(s) added before this batch; this batch \
+                             may still land: look its keys up before sending it again)"
+                        ),
+                        _ => format!(
+                            "{message} ({added} record(s) added before this batch, none from it)"
+                        ),
+                    },
                     // With --json the problems travel here (in the error
                     // object on stderr), as from a local store.
                     details: if out.json_errors {

@@ -289,12 +289,7 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             let empty = format!("no stores under {}", args.root.display());
             through::list(&api, Via::Local, &empty, out).await
         }
-        StoreCommand::Describe { name } => {
-            let shown = registry.describe(&name)?.for_display();
-            out.item(&shown, || {
-                serde_json::to_string_pretty(&shown).unwrap_or_default()
-            })
-        }
+        StoreCommand::Describe { name } => through::describe(&api, Via::Local, &name, out).await,
         StoreCommand::Drop { name, yes } => {
             let entry = registry.describe(&name)?;
             ensure_usage(yes, || {
@@ -573,12 +568,7 @@ async fn remote(
         StoreCommand::Create(c) => remote::create(client, c.into_request()?, out).await,
         StoreCommand::Adopt(c) => c.remote(client, out).await,
         StoreCommand::List => through::list(client, VIA, "no stores on the server", out).await,
-        StoreCommand::Describe { name } => {
-            let info = client.describe_store(&name).await.map_err(failed)?;
-            out.item(&info, || {
-                serde_json::to_string_pretty(&info).unwrap_or_default()
-            })
-        }
+        StoreCommand::Describe { name } => through::describe(client, VIA, &name, out).await,
         StoreCommand::Drop { name, yes } => {
             ensure_usage(yes, || {
                 format!(

@@ -213,6 +213,14 @@ pub async fn index<A: StoreApi>(
     )
 }
 
+/// `store describe`: the registry entry ([`StoreInfo`]).
+pub async fn describe<A: StoreApi>(api: &A, via: Via, name: &str, out: Out) -> Result<()> {
+    let info = api.describe_store(name).await.map_err(|e| failed(e, via))?;
+    out.item(&info, || {
+        serde_json::to_string_pretty(&info).unwrap_or_default()
+    })
+}
+
 /// `store list`.
 pub async fn list<A: StoreApi>(api: &A, via: Via, empty: &str, out: Out) -> Result<()> {
     let stores = api.list_stores().await.map_err(|e| failed(e, via))?;

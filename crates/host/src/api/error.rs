@@ -26,6 +26,9 @@ pub(crate) struct ApiError {
     pub code: String,
     pub message: String,
     pub details: Value,
+    /// The store's writer was fenced (another process claimed its shard):
+    /// a resident store is taken back before the next operation.
+    pub fenced: bool,
 }
 
 /// The HTTP status of each error kind (docs/server.md lists them).
@@ -48,6 +51,7 @@ impl ApiError {
             code: code.to_string(),
             message: message.into(),
             details: Value::Null,
+            fenced: false,
         }
     }
 
@@ -76,10 +80,12 @@ impl ApiError {
                 code: error.code.clone(),
                 message: error.message.clone(),
                 details: error.details.clone(),
+                fenced: false,
             };
         }
         let kind = error_kind(err);
         let mut e = Self::of_kind(kind, full_message(err));
+        e.fenced = fenced(err);
         let mut next = Some(err);
         while let Some(cause) = next {
             let rows = cause
@@ -144,6 +150,22 @@ impl ApiError {
         }
         e
     }
+}
+
+/// Whether the engine refused because the store's writer was fenced.
+fn fenced(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        let store_error = match cause.downcast_ref::<PipelineError>() {
+            Some(PipelineError::Store(e)) => Some(e),
+            _ => cause.downcast_ref::<lance_context_store::Error>(),
+        };
+        if store_error.is_some_and(lance_context_store::Error::is_fenced) {
+            return true;
+        }
+        next = cause.source();
+    }
+    false
 }
 
 /// The error and its causes, as one line (a cause already in the message

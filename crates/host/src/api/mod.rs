@@ -105,12 +105,51 @@ pub(crate) struct OpenStore {
 
 type Cell = Arc<OnceCell<Arc<OpenStore>>>;
 
+/// The stores held open, and the names being dropped.
+#[derive(Debug, Default)]
+struct Stores {
+    /// A cell per store, filled by the first operation (or by its create).
+    open: HashMap<String, Cell>,
+    /// Names being dropped: no operation opens them meanwhile.
+    dropping: std::collections::HashSet<String>,
+}
+
+impl Stores {
+    /// The cell of store `name`, made when there is none; `not_found`
+    /// while the store is being dropped.
+    fn cell(&mut self, name: &str) -> Result<Cell, ApiError> {
+        if self.dropping.contains(name) {
+            return Err(being_dropped(name));
+        }
+        Ok(self.open.entry(name.to_string()).or_default().clone())
+    }
+
+    /// Forget `cell` of `name` when it is still the one kept and empty (an
+    /// open or create that failed: nothing is remembered).
+    fn forget_empty(&mut self, name: &str, cell: &Cell) {
+        if self
+            .open
+            .get(name)
+            .is_some_and(|c| Arc::ptr_eq(c, cell) && c.get().is_none())
+        {
+            self.open.remove(name);
+        }
+    }
+}
+
+fn being_dropped(name: &str) -> ApiError {
+    ApiError::of_kind(
+        ErrorKind::NotFound,
+        format!("no store named '{name}' (it is being dropped)"),
+    )
+}
+
 /// The store API over the stores of one registry, in this process.
 #[derive(Debug)]
 pub struct Embedded {
     registry: Registry,
-    /// Open stores by name; a cell each, filled by the first operation.
-    stores: Mutex<HashMap<String, Cell>>,
+    /// Open stores by name, and the names being dropped.
+    stores: Mutex<Stores>,
     config: EmbeddedConfig,
     tasks: TaskTracker,
 }
@@ -120,7 +159,7 @@ impl Embedded {
     pub fn new(registry: Registry, config: EmbeddedConfig) -> Self {
         Self {
             registry,
-            stores: Mutex::new(HashMap::new()),
+            stores: Mutex::new(Stores::default()),
             config,
             tasks: TaskTracker::new(),
         }
@@ -146,6 +185,7 @@ impl Embedded {
             .stores
             .lock()
             .await
+            .open
             .drain()
             .filter_map(|(_, cell)| cell.get().cloned())
             .collect();
@@ -170,13 +210,7 @@ impl Embedded {
     /// is locked only to find the store's cell: opening one store does not
     /// hold operations on the others.
     async fn open(&self, name: &str) -> Result<Arc<OpenStore>, ApiError> {
-        let cell = self
-            .stores
-            .lock()
-            .await
-            .entry(name.to_string())
-            .or_default()
-            .clone();
+        let cell = self.stores.lock().await.cell(name)?;
         let store = cell
             .get_or_try_init(|| async {
                 let named = self
@@ -193,45 +227,106 @@ impl Embedded {
             Ok(store) => Ok(store.clone()),
             Err(e) => {
                 // Not kept: a store that does not exist (yet) is not remembered.
-                let mut stores = self.stores.lock().await;
-                if stores
-                    .get(name)
-                    .is_some_and(|c| Arc::ptr_eq(c, &cell) && c.get().is_none())
-                {
-                    stores.remove(name);
-                }
+                self.stores.lock().await.forget_empty(name, &cell);
                 Err(e)
             }
         }
     }
 
-    /// Keep a store just created open (its writer is claimed), or close
-    /// it when stores are opened per call.
-    async fn keep_open(&self, named: NamedStore) -> Result<(), ApiError> {
+    /// Create a store and keep it open (its writer is claimed), or close
+    /// it when stores are opened per call. The new store's cell is filled
+    /// by the create itself: an operation on the name meanwhile waits for
+    /// the create and uses its handle (never a second writer, which would
+    /// fence the create's).
+    async fn create_open(
+        &self,
+        name: &str,
+        options: crate::CreateOptions,
+    ) -> Result<crate::StoreEntry, ApiError> {
         if self.config.residency == Residency::PerCall {
+            let named = self.registry.create(name, options).await?;
+            let entry = named.entry().clone();
             named.close().await?;
-            return Ok(());
+            return Ok(entry);
         }
-        let name = named.name().to_string();
-        let cell = Arc::new(OnceCell::new_with(Some(Arc::new(OpenStore {
-            named,
-            slots: self.new_slots(),
-        }))));
-        self.stores.lock().await.insert(name, cell);
-        Ok(())
+        let cell = self.stores.lock().await.cell(name)?;
+        let mut options = Some(options);
+        let mut created = None;
+        let filled = cell
+            .get_or_try_init(|| async {
+                let options = options.take().expect("taken once");
+                let named = self.registry.create(name, options).await?;
+                created = Some(named.entry().clone());
+                Ok::<_, ApiError>(Arc::new(OpenStore {
+                    named,
+                    slots: self.new_slots(),
+                }))
+            })
+            .await
+            .map(|_| ());
+        match (filled, created, options) {
+            (Ok(()), Some(entry), _) => Ok(entry),
+            // The store was open already: the registry says it exists.
+            (Ok(()), None, Some(options)) => {
+                let named = self.registry.create(name, options).await?;
+                // Created after all (dropped meanwhile by another process):
+                // released; the next operation opens it.
+                let entry = named.entry().clone();
+                named.close().await?;
+                Ok(entry)
+            }
+            (Ok(()), None, None) => Err(ApiError::of_kind(
+                ErrorKind::Internal,
+                "the create neither ran nor kept its options",
+            )),
+            (Err(e), _, _) => {
+                self.stores.lock().await.forget_empty(name, &cell);
+                Err(e)
+            }
+        }
     }
 
-    /// Forget an open store, once its running operations end, and close it.
-    async fn forget(&self, name: &str) -> Result<(), ApiError> {
-        let open = self.stores.lock().await.remove(name);
-        if let Some(open) = open.and_then(|cell| cell.get().cloned()) {
-            let _all = open
-                .slots
-                .acquire_many(self.config.store_concurrency as u32)
-                .await;
-            open.named.close().await?;
+    /// Drop store `name`: no operation opens it meanwhile; its running
+    /// operations end first, those queued are refused (`not_found`), its
+    /// writer is released, then `drop` runs.
+    async fn dropping<T>(
+        &self,
+        name: &str,
+        drop: impl Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        let cell = {
+            let mut stores = self.stores.lock().await;
+            if !stores.dropping.insert(name.to_string()) {
+                return Err(being_dropped(name));
+            }
+            stores.open.remove(name)
+        };
+        let result = async {
+            // An open of this cell under way ends first (its handle is
+            // closed here); none is started.
+            let open = match cell {
+                Some(cell) => cell
+                    .get_or_try_init(|| async { Err::<Arc<OpenStore>, ()>(()) })
+                    .await
+                    .ok()
+                    .cloned(),
+                None => None,
+            };
+            if let Some(open) = open {
+                let all = open
+                    .slots
+                    .acquire_many(self.config.store_concurrency as u32)
+                    .await;
+                // Operations still queued for a slot are refused.
+                open.slots.close();
+                std::mem::drop(all);
+                open.named.close().await?;
+            }
+            drop.await
         }
-        Ok(())
+        .await;
+        self.stores.lock().await.dropping.remove(name);
+        result
     }
 
     /// Run `work` on store `name`: in a slot of the store (waiting at most
@@ -260,7 +355,8 @@ impl Embedded {
                         ),
                     )
                 })?
-                .map_err(|_| ApiError::of_kind(ErrorKind::Unavailable, "shutting down"))?;
+                .map_err(|_| being_dropped(name))?;
+        let handle = store.clone();
         let work = work(store);
         let task = self.tasks.spawn(async move {
             let _slot = permit;
@@ -272,7 +368,29 @@ impl Embedded {
                 .map_err(|_| past_deadline(deadline))?,
             None => task.await,
         };
-        joined(ended)
+        match joined(ended) {
+            Err(mut e) if e.fenced => {
+                // Another process claimed the store's writer (an operator's
+                // command where the data root is): taken back, so that the
+                // next operation writes again. This one is not retried: it
+                // did not land.
+                match handle.named.reclaim().await {
+                    Ok(()) => {
+                        tracing::warn!(
+                            store = name,
+                            "the store's writer was fenced by another process; taken back"
+                        );
+                        e.message
+                            .push_str(" (the store has been taken back: retry)");
+                    }
+                    Err(err) => {
+                        tracing::warn!(store = name, error = %err, "taking back a fenced store")
+                    }
+                }
+                Err(e)
+            }
+            other => other,
+        }
     }
 }
 

@@ -28,9 +28,7 @@ impl Embedded {
         options.storage_options = self.config.storage_options.clone();
         // The registry serialises creates of one name; other stores'
         // operations go on meanwhile.
-        let named = self.registry.create(&create.name, options).await?;
-        let entry = named.entry().clone();
-        self.keep_open(named).await?;
+        let entry = self.create_open(&create.name, options).await?;
         Ok(info(entry))
     }
 
@@ -65,10 +63,13 @@ impl Embedded {
 
     pub(super) async fn drop_named(&self, name: &str) -> Result<Dropped, ApiError> {
         // Its running operations end first; then its writer is released.
-        self.forget(name).await?;
         let report = self
-            .registry
-            .drop_store(name, &self.config.storage_options)
+            .dropping(name, async {
+                Ok(self
+                    .registry
+                    .drop_store(name, &self.config.storage_options)
+                    .await?)
+            })
             .await?;
         Ok(Dropped {
             store: report.name,
@@ -101,6 +102,16 @@ fn params(given: std::collections::BTreeMap<String, Value>) -> Vec<(String, Stri
 /// A registry entry as the API shows it.
 pub(crate) fn info(entry: StoreEntry) -> StoreInfo {
     let spec = serde_json::to_value(entry.spec_as_written()).unwrap_or(Value::Null);
+    let params = entry
+        .params
+        .iter()
+        // A spec store's spec is `spec` itself.
+        .filter(|(k, _)| !(entry.plugin.source == "spec" && k == "spec"))
+        .map(|(k, v)| {
+            let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.clone()));
+            (k.clone(), value)
+        })
+        .collect();
     StoreInfo {
         name: entry.name,
         state: format!("{:?}", entry.state).to_lowercase(),
@@ -113,6 +124,9 @@ pub(crate) fn info(entry: StoreEntry) -> StoreInfo {
         },
         spec,
         created_at: entry.created_at,
+        params,
+        storage_option_keys: entry.storage_option_keys,
+        adopted: entry.adopted,
     }
 }
 
