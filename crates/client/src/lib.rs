@@ -995,6 +995,22 @@ fn seg(s: &str) -> String {
     out
 }
 
+/// A key as a URL path segment. `.` and `..` cannot be one (a URL parser
+/// reads them, escaped or not, as path steps), nor can the empty key.
+fn key_seg(key: &str) -> Result<String> {
+    match key {
+        "" | "." | ".." => Err(ClientError::api(
+            400,
+            "invalid_input",
+            format!(
+                "the key {key:?} cannot travel in a URL path (a URL reads it as a path step): \
+                 read it with get_many (a lookup); it cannot be deleted or patched over HTTP"
+            ),
+        )),
+        _ => Ok(seg(key)),
+    }
+}
+
 impl Client {
     /// A client of the server at `base` (e.g. `http://127.0.0.1:8080`).
     pub fn new(base: &str) -> Self {
@@ -1123,6 +1139,15 @@ impl StoreApi for Client {
     }
 
     async fn get(&self, name: &str, key: &str) -> Result<Option<Value>> {
+        if matches!(key, "" | "." | "..") {
+            // By a lookup: the key travels in the body.
+            let rows = self.get_many(name, &[key]).await?;
+            let rows = rows.values().map_err(|e| ClientError::Unexpected {
+                status: 200,
+                message: format!("the lookup's records: {e}"),
+            })?;
+            return Ok(rows.into_iter().next());
+        }
         match self
             .send(
                 self.http
@@ -1160,7 +1185,7 @@ impl StoreApi for Client {
     async fn delete(&self, name: &str, key: &str) -> Result<Deleted> {
         self.send(
             self.http
-                .delete(self.store(name, &format!("/records/{}", seg(key)))),
+                .delete(self.store(name, &format!("/records/{}", key_seg(key)?))),
         )
         .await
     }
@@ -1186,7 +1211,7 @@ impl StoreApi for Client {
     async fn patch(&self, name: &str, key: &str, fields: &Value) -> Result<Patched> {
         self.send(
             self.http
-                .patch(self.store(name, &format!("/records/{}", seg(key))))
+                .patch(self.store(name, &format!("/records/{}", key_seg(key)?)))
                 .json(fields),
         )
         .await

@@ -88,9 +88,24 @@ pub async fn count(client: &Client, name: &str, filter: Option<String>) -> Resul
 
 /// `store delete --server`: each key in turn (one request each).
 pub async fn delete(client: &Client, name: &str, keys: &[String], out: Out) -> Result<()> {
-    let mut deleted = Vec::with_capacity(keys.len());
+    let mut deleted: Vec<lance_context_client::Deleted> = Vec::with_capacity(keys.len());
     for key in keys {
-        deleted.push(client.delete(name, key).await.map_err(failed)?);
+        match client.delete(name, key).await {
+            Ok(d) => deleted.push(d),
+            // Said: which keys were deleted before this one failed.
+            Err(e) if deleted.iter().any(|d| d.deleted) => {
+                let done: Vec<&str> = deleted
+                    .iter()
+                    .filter(|d| d.deleted)
+                    .map(|d| d.key.as_str())
+                    .collect();
+                return Err(failed(e).context(format!(
+                    "deleting '{key}' (deleted before it: {})",
+                    done.join(", ")
+                )));
+            }
+            Err(e) => return Err(failed(e)),
+        }
     }
     through::print_deleted(&out, &deleted)
 }
@@ -273,23 +288,50 @@ pub async fn get(client: &Client, name: &str, ids: &[String], out: Out) -> Resul
     .into())
 }
 
+/// `store scan --server`: every matching record (or `--limit` of them),
+/// as where the data root is, fetched a page (at most 10,000 records) at a
+/// time: in key order by the server's cursor when no order or offset is
+/// given, else by offsets in the given order (the key's when none).
 pub async fn scan(client: &Client, name: &str, scan: ScanArgs, out: Out) -> Result<()> {
-    let paging = scan.order_by.is_empty() && scan.offset.is_none() && scan.limit.is_none();
+    const PAGE: usize = 10_000;
+    let by_cursor = scan.order_by.is_empty() && scan.offset.is_none();
+    let order_by = match (by_cursor, scan.order_by.is_empty()) {
+        (true, _) => None,
+        (false, false) => Some(scan.order_by.join(",")),
+        // An offset needs a stable order: the key's.
+        (false, true) => Some(
+            client.describe_store(name).await.map_err(failed)?.spec["key"]
+                .as_str()
+                .unwrap_or("id")
+                .to_string(),
+        ),
+    };
     let mut params = ListParams {
         filter: scan.filter,
-        order_by: (!scan.order_by.is_empty()).then(|| scan.order_by.join(",")),
+        order_by,
         columns: scan.columns.map(|c| c.join(",")),
-        limit: Some(scan.limit.unwrap_or(10_000)),
+        limit: None,
         offset: scan.offset,
         cursor: None,
     };
     let mut all = Vec::new();
     loop {
+        let want = scan.limit.map_or(PAGE, |l| (l - all.len()).min(PAGE));
+        if want == 0 {
+            break;
+        }
+        params.limit = Some(want);
         let page = client.list(name, &params).await.map_err(failed)?;
-        all.extend(page.records.values()?);
-        match page.next_cursor {
-            Some(cursor) if paging => params.cursor = Some(cursor),
-            _ => break,
+        let rows = page.records.values()?;
+        let got = rows.len();
+        all.extend(rows);
+        if got < want {
+            break;
+        }
+        match (by_cursor, page.next_cursor) {
+            (true, Some(cursor)) => params.cursor = Some(cursor),
+            (true, None) => break,
+            (false, _) => params.offset = Some(params.offset.unwrap_or(0) + got),
         }
     }
     out.values(&all)
