@@ -998,8 +998,8 @@ fn seg(s: &str) -> String {
 /// A key as a URL path segment. `.` and `..` cannot be one (a URL parser
 /// reads them, escaped or not, as path steps), nor can the empty key.
 fn key_seg(key: &str) -> Result<String> {
-    match key {
-        "" | "." | ".." => Err(ClientError::api(
+    match path_step(key) {
+        true => Err(ClientError::api(
             400,
             "invalid_input",
             format!(
@@ -1007,8 +1007,13 @@ fn key_seg(key: &str) -> Result<String> {
                  read it with get_many (a lookup); it cannot be deleted or patched over HTTP"
             ),
         )),
-        _ => Ok(seg(key)),
+        false => Ok(seg(key)),
     }
+}
+
+/// Whether a URL would read `key` as a path step rather than a segment.
+fn path_step(key: &str) -> bool {
+    matches!(key, "" | "." | "..")
 }
 
 impl Client {
@@ -1139,7 +1144,7 @@ impl StoreApi for Client {
     }
 
     async fn get(&self, name: &str, key: &str) -> Result<Option<Value>> {
-        if matches!(key, "" | "." | "..") {
+        if path_step(key) {
             // By a lookup: the key travels in the body.
             let rows = self.get_many(name, &[key]).await?;
             let rows = rows.values().map_err(|e| ClientError::Unexpected {

@@ -65,10 +65,7 @@ pub async fn count(client: &Client, name: &str, filter: Option<String>) -> Resul
     let Some(filter) = filter else {
         return Ok(client.stats(name).await.map_err(failed)?.rows);
     };
-    let key = client.describe_store(name).await.map_err(failed)?.spec["key"]
-        .as_str()
-        .unwrap_or("id")
-        .to_string();
+    let key = key_of(client, name).await?;
     let mut params = ListParams {
         filter: Some(filter),
         columns: Some(key),
@@ -260,32 +257,28 @@ pub async fn add(
 
 pub async fn get(client: &Client, name: &str, ids: &[String], out: Out) -> Result<()> {
     let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let key = client.describe_store(name).await.map_err(failed)?.spec["key"]
-        .as_str()
-        .unwrap_or("id")
-        .to_string();
+    let key = key_of(client, name).await?;
     let records = client
         .get_many(name, &keys)
         .await
         .map_err(failed)?
         .values()?;
     out.values(&records)?;
-    let found: std::collections::HashSet<&str> = records
+    let found = records
         .iter()
         .filter_map(|r| r.get(&key).and_then(Value::as_str))
         .collect();
-    let missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !found.contains(k))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(lance_context_store::Error::NotFound {
-        what: format!("no record with key {}", missing.join(", ")),
-    }
-    .into())
+    super::report::missing(&key, &keys, &found)
+}
+
+/// The key column of store `name`, from its declaration.
+async fn key_of(client: &Client, name: &str) -> Result<String> {
+    Ok(
+        client.describe_store(name).await.map_err(failed)?.spec["key"]
+            .as_str()
+            .unwrap_or("id")
+            .to_string(),
+    )
 }
 
 /// `store scan --server`: every matching record (or `--limit` of them),
@@ -299,12 +292,7 @@ pub async fn scan(client: &Client, name: &str, scan: ScanArgs, out: Out) -> Resu
         (true, _) => None,
         (false, false) => Some(scan.order_by.join(",")),
         // An offset needs a stable order: the key's.
-        (false, true) => Some(
-            client.describe_store(name).await.map_err(failed)?.spec["key"]
-                .as_str()
-                .unwrap_or("id")
-                .to_string(),
-        ),
+        (false, true) => Some(key_of(client, name).await?),
     };
     let mut params = ListParams {
         filter: scan.filter,

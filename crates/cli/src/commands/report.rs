@@ -32,6 +32,12 @@ pub fn found(out: &Out, batch: &arrow_array::RecordBatch, key: &str, ids: &[&str
         .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())
         .map(|c| c.iter().flatten().collect())
         .unwrap_or_default();
+    missing(key, ids, &found)
+}
+
+/// Fail with a not-found error naming the asked keys not `found` (exit
+/// code 3), each once.
+pub fn missing(key: &str, ids: &[&str], found: &std::collections::HashSet<&str>) -> Result<()> {
     let mut seen = std::collections::HashSet::new();
     let missing: Vec<&str> = ids
         .iter()
