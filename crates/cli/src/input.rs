@@ -381,24 +381,7 @@ impl Input {
                     self.progress += n as u64;
                     let Ok(mut s) = std::str::from_utf8(&buf) else {
                         if self.lenient {
-                            use base64::Engine as _;
-                            let bytes = buf.strip_suffix(b"\n").unwrap_or(&buf);
-                            let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-                            self.unreadable.push(Refusal {
-                                unit: "line",
-                                at: *line,
-                                record: serde_json::Value::String(
-                                    String::from_utf8_lossy(bytes).into_owned(),
-                                ),
-                                raw_base64: Some(
-                                    base64::engine::general_purpose::STANDARD.encode(bytes),
-                                ),
-                                errors: vec![RefusalReason {
-                                    column: None,
-                                    code: "invalid_input".into(),
-                                    message: "not UTF-8 text".into(),
-                                }],
-                            });
+                            self.unreadable.push(not_utf8(&buf, *line));
                             continue;
                         }
                         return Err(usage(format!("line {line}: not UTF-8 text")));
@@ -463,6 +446,25 @@ impl Input {
                 }))
             }
         }
+    }
+}
+
+/// The refusal of input line `line` (`buf`, its line end included) that is
+/// not UTF-8 text: the line lossily decoded and its bytes in base64.
+fn not_utf8(buf: &[u8], line: usize) -> Refusal {
+    use base64::Engine as _;
+    let bytes = buf.strip_suffix(b"\n").unwrap_or(buf);
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    Refusal {
+        unit: "line",
+        at: line,
+        record: serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned()),
+        raw_base64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        errors: vec![RefusalReason {
+            column: None,
+            code: "invalid_input".into(),
+            message: "not UTF-8 text".into(),
+        }],
     }
 }
 

@@ -123,6 +123,46 @@ pub fn rows_from_json(
 /// cannot be read at all or has no records.
 pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows, PipelineError> {
     let schema = input_schema(plugin);
+    let CheckedLines {
+        lines,
+        mut rows,
+        mut problems,
+    } = checked_lines(&schema, input)?;
+    // The JSON reader has no dictionary support: read those columns as
+    // strings, then cast.
+    let reading = reading_schema(&schema);
+    let read = if lines.is_empty() {
+        None
+    } else {
+        match read_lines(&reading, &lines) {
+            Ok(read) => Some(read),
+            Err(_) => read_good_lines(&reading, lines, &mut rows, &mut problems)?,
+        }
+    };
+    let batch = match read {
+        None => None,
+        Some(read) => Some(cast_to_input(&schema, &read)?),
+    };
+    Ok(JsonRows {
+        batch,
+        kept: rows,
+        problems,
+    })
+}
+
+/// The non-blank lines of JSON Lines input, each checked ([`check_line`]).
+struct CheckedLines {
+    /// The lines to read.
+    lines: Vec<String>,
+    /// The input record (non-blank line) of each line kept.
+    rows: Vec<usize>,
+    /// The records refused.
+    problems: Vec<InputProblem>,
+}
+
+/// The non-blank lines of `input`, each checked ([`check_line`]). `Err`
+/// when the input cannot be read or has no records.
+fn checked_lines(schema: &Schema, input: impl BufRead) -> Result<CheckedLines, PipelineError> {
     let known: HashSet<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let binary: Vec<&str> = schema
         .fields()
@@ -140,7 +180,7 @@ pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows,
         if line.trim().is_empty() {
             continue;
         }
-        match check_line(&schema, &known, &binary, row, line) {
+        match check_line(schema, &known, &binary, row, line) {
             Ok(line) => {
                 lines.push(line);
                 rows.push(row);
@@ -152,9 +192,17 @@ pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows,
     if row == 0 {
         return Err(invalid(None, None, "no records".into()));
     }
-    // The JSON reader has no dictionary support: read those columns as
-    // strings, then cast.
-    let reading = Arc::new(Schema::new_with_metadata(
+    Ok(CheckedLines {
+        lines,
+        rows,
+        problems,
+    })
+}
+
+/// The schema the JSON reader reads `schema` with: dictionary columns as
+/// their values.
+fn reading_schema(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new_with_metadata(
         schema
             .fields()
             .iter()
@@ -166,83 +214,83 @@ pub fn json_rows(plugin: &LoadedPlugin, input: impl BufRead) -> Result<JsonRows,
             })
             .collect::<Vec<Field>>(),
         schema.metadata().clone(),
-    ));
-    let read_lines = |lines: &[String]| -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let joined = lines.join("\n");
-        let reader = arrow_json::ReaderBuilder::new(reading.clone())
-            .with_strict_mode(true)
-            .build(std::io::Cursor::new(joined.into_bytes()))?;
-        let batches = reader.collect::<Result<Vec<_>, _>>()?;
-        arrow_select::concat::concat_batches(&reading, &batches)
-    };
-    let read = if lines.is_empty() {
-        None
-    } else {
-        match read_lines(&lines) {
-            Ok(read) => Some(read),
-            Err(_) => {
-                // Arrow's reader does not say which line: find them (the
-                // error path only; each line alone), set them aside, and
-                // read the rest.
-                let mut good = Vec::new();
-                let mut good_rows = Vec::new();
-                for (line, row) in lines.into_iter().zip(rows) {
-                    match read_lines(std::slice::from_ref(&line)) {
-                        Ok(_) => {
-                            good.push(line);
-                            good_rows.push(row);
-                        }
-                        Err(e) => problems.push(InputProblem {
-                            row,
-                            column: None,
-                            message: format!("reading JSON: {e}"),
-                        }),
-                    }
-                }
-                problems.sort_by_key(|p| p.row);
-                rows = good_rows;
-                match good.is_empty() {
-                    true => None,
-                    false => Some(
-                        read_lines(&good)
-                            .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?,
-                    ),
-                }
+    ))
+}
+
+/// Read JSON `lines` as one batch of `reading`.
+fn read_lines(
+    reading: &SchemaRef,
+    lines: &[String],
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let joined = lines.join("\n");
+    let reader = arrow_json::ReaderBuilder::new(reading.clone())
+        .with_strict_mode(true)
+        .build(std::io::Cursor::new(joined.into_bytes()))?;
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    arrow_select::concat::concat_batches(reading, &batches)
+}
+
+/// Read `lines` when Arrow's reader refused them together: the lines it
+/// refuses alone join `problems` (kept in input order) and leave `rows`;
+/// the rest are read (`None` when none are left).
+fn read_good_lines(
+    reading: &SchemaRef,
+    lines: Vec<String>,
+    rows: &mut Vec<usize>,
+    problems: &mut Vec<InputProblem>,
+) -> Result<Option<RecordBatch>, PipelineError> {
+    // Arrow's reader does not say which line: find them (the
+    // error path only; each line alone), set them aside, and
+    // read the rest.
+    let mut good = Vec::new();
+    let mut good_rows = Vec::new();
+    for (line, row) in lines.into_iter().zip(std::mem::take(rows)) {
+        match read_lines(reading, std::slice::from_ref(&line)) {
+            Ok(_) => {
+                good.push(line);
+                good_rows.push(row);
             }
+            Err(e) => problems.push(InputProblem {
+                row,
+                column: None,
+                message: format!("reading JSON: {e}"),
+            }),
         }
-    };
-    let batch = match read {
-        None => None,
-        Some(read) => {
-            let columns = schema
-                .fields()
-                .iter()
-                .zip(read.columns())
-                .map(|(f, c)| {
-                    if c.data_type() == f.data_type() {
-                        Ok(c.clone())
-                    } else {
-                        arrow_cast::cast(c, f.data_type()).map_err(|e| {
-                            invalid(
-                                Some(f.name().clone()),
-                                None,
-                                format!("column '{}': {e}", f.name()),
-                            )
-                        })
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Some(
-                RecordBatch::try_new(schema.clone(), columns)
-                    .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?,
-            )
-        }
-    };
-    Ok(JsonRows {
-        batch,
-        kept: rows,
-        problems,
+    }
+    problems.sort_by_key(|p| p.row);
+    *rows = good_rows;
+    Ok(match good.is_empty() {
+        true => None,
+        false => Some(
+            read_lines(reading, &good)
+                .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))?,
+        ),
     })
+}
+
+/// A batch as read (dictionary columns as their values) cast to the input
+/// `schema`.
+fn cast_to_input(schema: &SchemaRef, read: &RecordBatch) -> Result<RecordBatch, PipelineError> {
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(read.columns())
+        .map(|(f, c)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                arrow_cast::cast(c, f.data_type()).map_err(|e| {
+                    invalid(
+                        Some(f.name().clone()),
+                        None,
+                        format!("column '{}': {e}", f.name()),
+                    )
+                })
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| invalid(None, None, format!("reading JSON: {e}")))
 }
 
 /// One line's checks before Arrow's reader sees it: an object, known
@@ -521,29 +569,9 @@ fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), Misfit> {
     if v.is_null() {
         return Ok(());
     }
-    let expected = |what: &str| {
-        Err(Misfit::Expected {
-            expected: what.to_string(),
-            value: v.clone(),
-        })
-    };
-    let out_of_range = |value: String, range: String| Err(Misfit::OutOfRange { value, range });
-    let int = |min: i64, max: i64| match v.as_i64() {
-        Some(i) if (min..=max).contains(&i) => Ok(()),
-        Some(i) => out_of_range(i.to_string(), format!("{min}..={max}")),
-        None => match v.as_u64() {
-            Some(u) => out_of_range(u.to_string(), format!("{min}..={max}")),
-            None => expected("an integer"),
-        },
-    };
-    let uint = |max: u64| match v.as_u64() {
-        Some(u) if u <= max => Ok(()),
-        Some(u) => out_of_range(u.to_string(), format!("0..={max}")),
-        None => match v.as_i64() {
-            Some(i) => out_of_range(i.to_string(), format!("0..={max}")),
-            None => expected("a non-negative integer"),
-        },
-    };
+    let expected = |what: &str| expected_json(v, what);
+    let int = |min: i64, max: i64| check_int(v, min, max);
+    let uint = |max: u64| check_uint(v, max);
     let item = |i: usize, item: &J, dt: &DataType| {
         check_json(dt, item).map_err(|p| Misfit::Item(i, Box::new(p)))
     };
@@ -609,25 +637,69 @@ fn check_json(dt: &DataType, v: &serde_json::Value) -> Result<(), Misfit> {
             None => expected(&format!("an array of {n} values")),
         },
         DataType::Struct(fields) => match v.as_object() {
-            Some(o) => {
-                if let Some(unknown) = o.keys().find(|k| fields.find(k).is_none()) {
-                    return Err(Misfit::UnknownField(unknown.clone()));
-                }
-                fields.iter().try_for_each(|f| match o.get(f.name()) {
-                    // A non-nullable field of a struct that is given must be
-                    // given too (Arrow's reader would refuse it unnamed).
-                    None | Some(J::Null) if !f.is_nullable() => {
-                        Err(Misfit::Required(f.name().clone()))
-                    }
-                    Some(it) => check_json(f.data_type(), it)
-                        .map_err(|p| Misfit::Field(f.name().clone(), Box::new(p))),
-                    None => Ok(()),
-                })
-            }
+            Some(o) => check_struct(fields, o),
             None => expected("an object"),
         },
         _ => Ok(()),
     }
+}
+
+/// `v` is not `what` a column of its type takes.
+fn expected_json(v: &serde_json::Value, what: &str) -> Result<(), Misfit> {
+    Err(Misfit::Expected {
+        expected: what.to_string(),
+        value: v.clone(),
+    })
+}
+
+/// A number outside the column type's `range`.
+fn out_of_range(value: String, range: String) -> Result<(), Misfit> {
+    Err(Misfit::OutOfRange { value, range })
+}
+
+/// Whether `v` is an integer in `min..=max`.
+fn check_int(v: &serde_json::Value, min: i64, max: i64) -> Result<(), Misfit> {
+    match v.as_i64() {
+        Some(i) if (min..=max).contains(&i) => Ok(()),
+        Some(i) => out_of_range(i.to_string(), format!("{min}..={max}")),
+        None => match v.as_u64() {
+            Some(u) => out_of_range(u.to_string(), format!("{min}..={max}")),
+            None => expected_json(v, "an integer"),
+        },
+    }
+}
+
+/// Whether `v` is an integer in `0..=max`.
+fn check_uint(v: &serde_json::Value, max: u64) -> Result<(), Misfit> {
+    match v.as_u64() {
+        Some(u) if u <= max => Ok(()),
+        Some(u) => out_of_range(u.to_string(), format!("0..={max}")),
+        None => match v.as_i64() {
+            Some(i) => out_of_range(i.to_string(), format!("0..={max}")),
+            None => expected_json(v, "a non-negative integer"),
+        },
+    }
+}
+
+/// Whether the JSON object `o` fits a struct of `fields`: known members,
+/// each fitting its field, the non-nullable ones given.
+fn check_struct(
+    fields: &arrow_schema::Fields,
+    o: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), Misfit> {
+    use serde_json::Value as J;
+    if let Some(unknown) = o.keys().find(|k| fields.find(k).is_none()) {
+        return Err(Misfit::UnknownField(unknown.clone()));
+    }
+    fields.iter().try_for_each(|f| match o.get(f.name()) {
+        // A non-nullable field of a struct that is given must be
+        // given too (Arrow's reader would refuse it unnamed).
+        None | Some(J::Null) if !f.is_nullable() => Err(Misfit::Required(f.name().clone())),
+        Some(it) => {
+            check_json(f.data_type(), it).map_err(|p| Misfit::Field(f.name().clone(), Box::new(p)))
+        }
+        None => Ok(()),
+    })
 }
 
 /// A batch as it is written to JSON: binary columns as base64 strings (the

@@ -18,7 +18,7 @@
 //! gives (`samples`) are run the same way.
 
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, SchemaRef};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
@@ -100,28 +100,71 @@ impl ProbeReport {
 /// `samples` (JSON Lines the caller expects it to accept) when given. Runs
 /// the plugin (blocking): call it off the async runtime's workers.
 pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
-    let mut report = ProbeReport::default();
-    let declared = plugin.declaration().schema.clone();
-    let key = plugin.declaration().key_column().to_string();
-    // Non-nullable columns the probe can write (a type it cannot is left
-    // out of every check, and said so).
-    let mut required = Vec::new();
-    for f in declared.fields().iter().filter(|f| !f.is_nullable()) {
-        match *f.name() == key || sample(f.data_type(), 0).is_some() {
-            true => required.push(f.name().clone()),
-            false => report.note(format!(
-                "non-nullable column '{}' ({}) is not probed: the probe writes no values of that type",
-                f.name(),
-                f.data_type()
-            )),
+    let mut probe = Probe::new(plugin);
+    // A fault ends the probe early: the report so far says what it was.
+    let _ = probe.all(samples);
+    probe.report
+}
+
+/// A fault stopped the probe (it is in the report already).
+struct Stopped;
+
+/// A probe under way: the plugin, what the probe writes, the report so far.
+struct Probe<'a> {
+    plugin: &'a LoadedPlugin,
+    declared: SchemaRef,
+    key: String,
+    /// Non-nullable columns the probe can write.
+    required: Vec<String>,
+    report: ProbeReport,
+}
+
+impl<'a> Probe<'a> {
+    /// Start a probe of `plugin`: the columns it can check, and a note for
+    /// each it cannot.
+    fn new(plugin: &'a LoadedPlugin) -> Self {
+        let mut report = ProbeReport::default();
+        let declared = plugin.declaration().schema.clone();
+        let key = plugin.declaration().key_column().to_string();
+        // Non-nullable columns the probe can write (a type it cannot is left
+        // out of every check, and said so).
+        let mut required = Vec::new();
+        for f in declared.fields().iter().filter(|f| !f.is_nullable()) {
+            match *f.name() == key || sample(f.data_type(), 0).is_some() {
+                true => required.push(f.name().clone()),
+                false => report.note(format!(
+                    "non-nullable column '{}' ({}) is not probed: the probe writes no values of that type",
+                    f.name(),
+                    f.data_type()
+                )),
+            }
+        }
+        Probe {
+            plugin,
+            declared,
+            key,
+            required,
+            report,
         }
     }
 
-    // Complete records (two variants), then only the non-nullable columns.
-    let complete = |variant: usize| -> Value {
+    /// Every check, in order; stops at the first fault.
+    fn all(&mut self, samples: Option<&[u8]>) -> Result<(), Stopped> {
+        let accepted_records = self.generated(samples.is_some())?;
+        self.together(&accepted_records)?;
+        self.left_null(&accepted_records)?;
+        if let Some(samples) = samples {
+            self.samples(samples);
+        }
+        Ok(())
+    }
+
+    /// A complete record: every column the probe can write (`variant` picks
+    /// the values).
+    fn complete(&self, variant: usize) -> Value {
         let mut object = serde_json::Map::new();
-        for f in declared.fields() {
-            let value = if *f.name() == key {
+        for f in self.declared.fields() {
+            let value = if *f.name() == self.key {
                 Some(json!(format!("probe-{variant}")))
             } else {
                 sample(f.data_type(), variant)
@@ -131,60 +174,74 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
             }
         }
         Value::Object(object)
-    };
-    let mut accepted = 0usize;
-    let mut refused = false;
-    let mut generated = vec![
-        ("a complete record".to_string(), complete(0)),
-        ("a second complete record".to_string(), complete(1)),
-    ];
-    let mut minimal = complete(2);
-    if let Some(object) = minimal.as_object_mut() {
-        object.retain(|name, _| required.contains(name));
     }
-    generated.push((
-        "a record with only the non-nullable columns".to_string(),
-        minimal,
-    ));
-    let mut accepted_records = Vec::new();
-    for (what, record) in &generated {
-        match run(plugin, record) {
-            Outcome::Accepted(out) => {
-                accepted += 1;
-                accepted_records.push(record.clone());
-                match nulls_in(&out, &required) {
-                    Some(column) => report.problem(format!(
-                        "{what} is accepted with non-nullable column '{column}' null in the output: the engine would refuse the add"
-                    )),
-                    None => report.ok(format!(
-                        "{what}: accepted; the output matches the declaration"
-                    )),
+
+    /// Complete records (two variants), then only the non-nullable columns,
+    /// one at a time: the records the plugin accepts.
+    fn generated(&mut self, has_samples: bool) -> Result<Vec<Value>, Stopped> {
+        let plugin = self.plugin;
+        let mut accepted = 0usize;
+        let mut refused = false;
+        let mut generated = vec![
+            ("a complete record".to_string(), self.complete(0)),
+            ("a second complete record".to_string(), self.complete(1)),
+        ];
+        let mut minimal = self.complete(2);
+        if let Some(object) = minimal.as_object_mut() {
+            object.retain(|name, _| self.required.contains(name));
+        }
+        generated.push((
+            "a record with only the non-nullable columns".to_string(),
+            minimal,
+        ));
+        let mut accepted_records = Vec::new();
+        let report = &mut self.report;
+        for (what, record) in &generated {
+            match run(plugin, record) {
+                Outcome::Accepted(out) => {
+                    accepted += 1;
+                    accepted_records.push(record.clone());
+                    match nulls_in(&out, &self.required) {
+                        Some(column) => report.problem(format!(
+                            "{what} is accepted with non-nullable column '{column}' null in the output: the engine would refuse the add"
+                        )),
+                        None => report.ok(format!(
+                            "{what}: accepted; the output matches the declaration"
+                        )),
+                    }
+                }
+                Outcome::Refused(errors) => {
+                    let first = errors.first().map(|(_, m)| m.clone()).unwrap_or_default();
+                    report.note(format!("{what}: refused by the plugin's rules ({first})"));
+                    refused = true;
+                }
+                Outcome::Unusable(why) => report.note(format!("{what}: not probed ({why})")),
+                Outcome::Fault(e) => {
+                    // One fault is enough: a plugin that loops would cost a
+                    // deadline per probe.
+                    report.problem(format!("{what}: {e}"));
+                    return Err(Stopped);
                 }
             }
-            Outcome::Refused(errors) => {
-                let first = errors.first().map(|(_, m)| m.clone()).unwrap_or_default();
-                report.note(format!("{what}: refused by the plugin's rules ({first})"));
-                refused = true;
-            }
-            Outcome::Unusable(why) => report.note(format!("{what}: not probed ({why})")),
-            Outcome::Fault(e) => {
-                // One fault is enough: a plugin that loops would cost a
-                // deadline per probe.
-                report.problem(format!("{what}: {e}"));
-                return report;
+        }
+        if accepted == 0 && refused {
+            let message = "every generated record was refused by the plugin's rules, so its output was not checked on a complete record — pass records it accepts (--sample FILE) to check it";
+            // A transform never run is a transform never checked: say it loudly.
+            match plugin.declaration().has_transform && !has_samples {
+                true => report.warning(message),
+                false => report.note(message),
             }
         }
+        Ok(accepted_records)
     }
-    if accepted == 0 && refused {
-        let message = "every generated record was refused by the plugin's rules, so its output was not checked on a complete record — pass records it accepts (--sample FILE) to check it";
-        // A transform never run is a transform never checked: say it loudly.
-        match plugin.declaration().has_transform && samples.is_none() {
-            true => report.warning(message),
-            false => report.note(message),
+
+    /// The accepted records together, as one batch of several rows.
+    fn together(&mut self, accepted_records: &[Value]) -> Result<(), Stopped> {
+        if accepted_records.len() <= 1 {
+            return Ok(());
         }
-    }
-    // The accepted records together, as one batch of several rows.
-    if accepted_records.len() > 1 {
+        let plugin = self.plugin;
+        let report = &mut self.report;
         let lines: Vec<String> = accepted_records.iter().map(Value::to_string).collect();
         match rows_from_json(plugin, lines.join("\n").as_bytes()) {
             Ok(batch) => match prepare(plugin, &batch) {
@@ -202,57 +259,66 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
                 )),
                 Err(e) => {
                     report.problem(format!("the accepted records in one batch: {e}"));
-                    return report;
+                    return Err(Stopped);
                 }
             },
             Err(e) => report.note(format!(
                 "the accepted records in one batch: not probed ({e})"
             )),
         }
+        Ok(())
     }
 
-    // One probe per non-nullable column: left null, the plugin must refuse
-    // the record or fill the column.
-    // Each from a record the plugin accepts, when one was: then a refusal
-    // is about the column left out.
-    let base = accepted_records
-        .first()
-        .cloned()
-        .unwrap_or_else(|| complete(3));
-    for column in &required {
-        let mut record = base.clone();
-        if let Some(object) = record.as_object_mut() {
-            object.remove(column);
-        }
-        match run(plugin, &record) {
-            Outcome::Accepted(out) => match nulls_in(&out, std::slice::from_ref(column)) {
-                Some(_) => report.warning(format!(
-                    "a record without non-nullable column '{column}' is accepted and the column is not filled: the engine refuses such an add, without naming the record — refuse it with a row error or fill it in transform"
+    /// One probe per non-nullable column: left null, the plugin must refuse
+    /// the record or fill the column.
+    fn left_null(&mut self, accepted_records: &[Value]) -> Result<(), Stopped> {
+        // Each from a record the plugin accepts, when one was: then a refusal
+        // is about the column left out.
+        let base = accepted_records
+            .first()
+            .cloned()
+            .unwrap_or_else(|| self.complete(3));
+        let plugin = self.plugin;
+        let report = &mut self.report;
+        for column in &self.required {
+            let mut record = base.clone();
+            if let Some(object) = record.as_object_mut() {
+                object.remove(column);
+            }
+            match run(plugin, &record) {
+                Outcome::Accepted(out) => match nulls_in(&out, std::slice::from_ref(column)) {
+                    Some(_) => report.warning(format!(
+                        "a record without non-nullable column '{column}' is accepted and the column is not filled: the engine refuses such an add, without naming the record — refuse it with a row error or fill it in transform"
+                    )),
+                    None => report.ok(format!(
+                        "a record without '{column}': the plugin fills it"
+                    )),
+                },
+                // Only a row error naming the column counts: a refusal for
+                // another reason says nothing about this column.
+                Outcome::Refused(errors) if errors.iter().any(|(c, _)| c.as_deref() == Some(column)) => {
+                    report.ok(format!("a record without '{column}': refused with a row error"))
+                }
+                Outcome::Refused(errors) => report.note(format!(
+                    "a record without '{column}': refused for another reason ({}), so not checked",
+                    errors.first().map(|(_, m)| m.as_str()).unwrap_or("")
                 )),
-                None => report.ok(format!(
-                    "a record without '{column}': the plugin fills it"
-                )),
-            },
-            // Only a row error naming the column counts: a refusal for
-            // another reason says nothing about this column.
-            Outcome::Refused(errors) if errors.iter().any(|(c, _)| c.as_deref() == Some(column)) => {
-                report.ok(format!("a record without '{column}': refused with a row error"))
-            }
-            Outcome::Refused(errors) => report.note(format!(
-                "a record without '{column}': refused for another reason ({}), so not checked",
-                errors.first().map(|(_, m)| m.as_str()).unwrap_or("")
-            )),
-            Outcome::Unusable(why) => {
-                report.note(format!("a record without '{column}': not probed ({why})"))
-            }
-            Outcome::Fault(e) => {
-                report.problem(format!("a record without '{column}': {e}"));
-                return report;
+                Outcome::Unusable(why) => {
+                    report.note(format!("a record without '{column}': not probed ({why})"))
+                }
+                Outcome::Fault(e) => {
+                    report.problem(format!("a record without '{column}': {e}"));
+                    return Err(Stopped);
+                }
             }
         }
+        Ok(())
     }
 
-    if let Some(samples) = samples {
+    /// The caller's sample records, which the plugin must accept.
+    fn samples(&mut self, samples: &[u8]) {
+        let plugin = self.plugin;
+        let report = &mut self.report;
         match rows_from_json(plugin, samples) {
             Err(PipelineError::InvalidRecords { problems, total }) => report.problem(format!(
                 "{total} sample record(s) do not fit the schema: {}",
@@ -264,7 +330,7 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
             )),
             Err(e) => report.problem(format!("the sample records: {e}")),
             Ok(batch) => match prepare(plugin, &batch) {
-                Ok(out) => match nulls_in(&out, &required) {
+                Ok(out) => match nulls_in(&out, &self.required) {
                     Some(column) => report.problem(format!(
                         "the sample records are accepted with non-nullable column '{column}' null in the output: the engine would refuse the add"
                     )),
@@ -289,7 +355,6 @@ pub fn probe(plugin: &LoadedPlugin, samples: Option<&[u8]>) -> ProbeReport {
             },
         }
     }
-    report
 }
 
 enum Outcome {

@@ -109,23 +109,17 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-pub async fn run(args: PluginBenchArgs) -> Result<()> {
-    if args.data.exists() {
-        std::fs::remove_dir_all(&args.data)?;
-    }
-    std::fs::create_dir_all(&args.data)?;
-    let bytes = std::fs::read(lance_context_host::built_plugin("rollout"))?;
-    let cache = args.data.join("compile-cache");
-
-    // Loading.
+/// Load the plugin twice, each time in a new runtime: compiled, then from
+/// the compile cache. The second runtime and its plugin.
+fn load(bytes: &[u8], cache: &std::path::Path) -> Result<(PluginRuntime, LoadedPlugin)> {
     let t = Instant::now();
-    let cold = PluginRuntime::new(PluginLimits::default(), Some(&cache))?;
-    cold.load("rollout", &bytes, vec![])?;
+    let cold = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
+    cold.load("rollout", bytes, vec![])?;
     let cold_load = t.elapsed();
     drop(cold);
     let t = Instant::now();
-    let runtime = PluginRuntime::new(PluginLimits::default(), Some(&cache))?;
-    let plugin: LoadedPlugin = runtime.load("rollout", &bytes, vec![])?;
+    let runtime = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
+    let plugin: LoadedPlugin = runtime.load("rollout", bytes, vec![])?;
     let warm_load = t.elapsed();
     println!(
         "load:   first start (compile) {:.1} ms | second start (compile cache {:?}) {:.1} ms",
@@ -133,10 +127,12 @@ pub async fn run(args: PluginBenchArgs) -> Result<()> {
         runtime.cache_stats(),
         ms(warm_load)
     );
+    Ok((runtime, plugin))
+}
 
-    // Per-call overhead.
-    let input_schema = lance_context_host::input_schema(&plugin);
-    let one = input(&input_schema, 0, 1)?;
+/// The cost of one call: a one-row validate, the instance reused.
+fn call_overhead(plugin: &LoadedPlugin, input_schema: &arrow_schema::SchemaRef) -> Result<()> {
+    let one = input(input_schema, 0, 1)?;
     plugin.validate(&one)?;
     let t = Instant::now();
     for _ in 0..200 {
@@ -146,6 +142,23 @@ pub async fn run(args: PluginBenchArgs) -> Result<()> {
         "call:   one-row validate {:.3} ms per call (instance reused)",
         ms(t.elapsed()) / 200.0
     );
+    Ok(())
+}
+
+pub async fn run(args: PluginBenchArgs) -> Result<()> {
+    if args.data.exists() {
+        std::fs::remove_dir_all(&args.data)?;
+    }
+    std::fs::create_dir_all(&args.data)?;
+    let bytes = std::fs::read(lance_context_host::built_plugin("rollout"))?;
+    let cache = args.data.join("compile-cache");
+
+    // Loading.
+    let (_runtime, plugin) = load(&bytes, &cache)?;
+
+    // Per-call overhead.
+    let input_schema = lance_context_host::input_schema(&plugin);
+    call_overhead(&plugin, &input_schema)?;
 
     let declared = plugin.declaration().schema.clone();
     let config = |name: &str| {

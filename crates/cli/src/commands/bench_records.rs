@@ -139,6 +139,48 @@ where
     Ok((percentile(&plain, 0.5), percentile(&records, 0.5)))
 }
 
+/// One figure on both stores, with its ratio.
+fn line(what: &str, p: Duration, r: Duration) {
+    println!(
+        "{what:<44} plain {:>8.2} ms | capabilities {:>8.2} ms | ratio {:.2}",
+        ms(p),
+        ms(r),
+        r.as_secs_f64() / p.as_secs_f64().max(1e-9)
+    );
+}
+
+/// Create the store `name` under `dir` with `caps`, merged only by hand.
+async fn open(dir: &std::path::Path, name: &str, caps: RecordCapabilities) -> Result<Store> {
+    let uri = dir.join(name).to_string_lossy().into_owned();
+    let mut config = StoreConfig::new(uri)
+        .with_schema(schema())
+        .with_manual_maintenance()
+        .with_capabilities(caps);
+    config.merge.max_unmerged_generations = None;
+    Ok(Store::create(config).await?)
+}
+
+/// A count on a new read-only handle of the capabilities store (`caps`) or
+/// the plain one: how long it took.
+async fn count_on_a_new_handle(dir: &std::path::Path, caps: bool) -> Result<Duration> {
+    let (name, capabilities) = match caps {
+        true => ("records", all_capabilities()),
+        false => ("plain", RecordCapabilities::default()),
+    };
+    let store = Store::open_read_only(
+        StoreConfig::new(dir.join(name).to_string_lossy().into_owned())
+            .with_schema(schema())
+            .with_manual_maintenance()
+            .with_capabilities(capabilities),
+    )
+    .await?;
+    let t = Instant::now();
+    store.count(None).await?;
+    let took = t.elapsed();
+    store.close().await?;
+    Ok(took)
+}
+
 pub async fn run(
     dir: &std::path::Path,
     rows: usize,
@@ -147,21 +189,75 @@ pub async fn run(
     repeats: usize,
 ) -> Result<()> {
     println!("\n== record capabilities at {rows} rows (medians; ratio = capabilities / plain)");
-    let open = |name: &str, caps: RecordCapabilities| {
-        let uri = dir.join(name).to_string_lossy().into_owned();
-        async move {
-            let mut config = StoreConfig::new(uri)
-                .with_schema(schema())
-                .with_manual_maintenance()
-                .with_capabilities(caps);
-            config.merge.max_unmerged_generations = None;
-            Store::create(config).await
-        }
-    };
     let pair = Pair {
-        plain: open("plain", RecordCapabilities::default()).await?,
-        records: open("records", all_capabilities()).await?,
+        plain: open(dir, "plain", RecordCapabilities::default()).await?,
+        records: open(dir, "records", all_capabilities()).await?,
     };
+    load(&pair, rows, batch_rows).await?;
+    let keys = Arc::new(random_keys(lookups, rows));
+    // get
+    let (gp, gr) = gets(&pair, &keys).await?;
+    line("get p50", percentile(&gp, 0.5), percentile(&gr, 0.5));
+    line("get p95", percentile(&gp, 0.95), percentile(&gr, 0.95));
+    let (p, r) = both(&pair, repeats, async |s: &Store, _, _| {
+        s.count(None).await?;
+        Ok(())
+    })
+    .await?;
+    line("count (repeated)", p, r);
+    counts_on_new_handles(dir, &pair, rows).await?;
+    let runs = rows.div_ceil(1000);
+    let (p, r) = both(&pair, repeats, async |s: &Store, _, i| {
+        let run = (7 + i) % runs;
+        let found = s
+            .scan(ScanRequest::new().filter(format!("run_id = 'run-{run}'")))
+            .await?;
+        let expected = 1000.min(rows - run * 1000);
+        ensure!(found.num_rows() == expected, "{} rows", found.num_rows());
+        Ok(())
+    })
+    .await?;
+    line("filtered scan (1,000 rows)", p, r);
+    upserts(&pair, rows, repeats).await?;
+    // The upserts (and the plain adds) are left unmerged: lookups now go
+    // through every unmerged generation too.
+    let unmerged = pair.records.wal_status().await?.unmerged_generations;
+    let (gp, gr) = gets(&pair, &keys).await?;
+    let label = format!(
+        "get p50 ({} unmerged generations)",
+        unmerged.iter().map(|(_, n)| n).sum::<usize>()
+    );
+    line(&label, percentile(&gp, 0.5), percentile(&gr, 0.5));
+    // "after a compaction": what the upserts left merged, the fragments
+    // compacted, then a new handle counts (the compaction carries the count
+    // to the version it makes: the same rows in new files). Once per store,
+    // last (the figures above run on the stores as merges left them); the
+    // counts repeated on new handles.
+    let mut compacted = Vec::new();
+    for caps in [false, true] {
+        let store = if caps { &pair.records } else { &pair.plain };
+        store.merge().await?;
+        store.compact().await?;
+        let mut took = Vec::new();
+        for _ in 0..repeats {
+            took.push(count_on_a_new_handle(dir, caps).await?);
+        }
+        took.sort();
+        compacted.push(percentile(&took, 0.5));
+    }
+    line(
+        "count (new handle, after a compaction)",
+        compacted[0],
+        compacted[1],
+    );
+    pair.plain.close().await?;
+    pair.records.close().await?;
+    Ok(())
+}
+
+/// Load `rows` rows into each store, `batch_rows` per add, merging every
+/// ten adds and at the end.
+async fn load(pair: &Pair, rows: usize, batch_rows: usize) -> Result<()> {
     for (name, store) in [("plain", &pair.plain), ("records", &pair.records)] {
         let t = Instant::now();
         let mut written = 0;
@@ -179,34 +275,24 @@ pub async fn run(
             rows as f64 / t.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// `lookups` keys of the loaded rows, drawn by a fixed xorshift.
+fn random_keys(lookups: usize, rows: usize) -> Vec<String> {
     let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let keys: Vec<String> = (0..lookups)
+    (0..lookups)
         .map(|_| {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
             format!("r{:010}", rng % rows as u64)
         })
-        .collect();
-    let keys = Arc::new(keys);
-    // get
-    let (gp, gr) = gets(&pair, &keys).await?;
-    let line = |what: &str, p: Duration, r: Duration| {
-        println!(
-            "{what:<44} plain {:>8.2} ms | capabilities {:>8.2} ms | ratio {:.2}",
-            ms(p),
-            ms(r),
-            r.as_secs_f64() / p.as_secs_f64().max(1e-9)
-        );
-    };
-    line("get p50", percentile(&gp, 0.5), percentile(&gr, 0.5));
-    line("get p95", percentile(&gp, 0.95), percentile(&gr, 0.95));
-    let (p, r) = both(&pair, repeats, async |s: &Store, _, _| {
-        s.count(None).await?;
-        Ok(())
-    })
-    .await?;
-    line("count (repeated)", p, r);
+        .collect()
+}
+
+/// Counts on new handles: after a merge, after an expiry passed, cold.
+async fn counts_on_new_handles(dir: &std::path::Path, pair: &Pair, rows: usize) -> Result<()> {
     // A handle remembers the base table's visible count for a base version
     // and shares it through the store (`_lance_context/visible_count`); a
     // merge carries it to the version it makes. "after a merge": 1,000 rows
@@ -216,24 +302,6 @@ pub async fn run(
     // expiry list takes them off). "cold": the shared count removed first, as
     // for a store whose count nothing kept (the base table's visibility
     // columns are read).
-    let count_on_a_new_handle = async |caps: bool| -> Result<Duration> {
-        let (name, capabilities) = match caps {
-            true => ("records", all_capabilities()),
-            false => ("plain", RecordCapabilities::default()),
-        };
-        let store = Store::open_read_only(
-            StoreConfig::new(dir.join(name).to_string_lossy().into_owned())
-                .with_schema(schema())
-                .with_manual_maintenance()
-                .with_capabilities(capabilities),
-        )
-        .await?;
-        let t = Instant::now();
-        store.count(None).await?;
-        let took = t.elapsed();
-        store.close().await?;
-        Ok(took)
-    };
     let (mut mp, mut mr, mut cp, mut cold) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut ep, mut er) = (Vec::new(), Vec::new());
     for i in 0..10 {
@@ -248,11 +316,11 @@ pub async fn run(
                 .add(&RecordBatch::try_new(b.schema(), columns)?)
                 .await?;
             store.merge().await?;
-            let took = count_on_a_new_handle(caps).await?;
+            let took = count_on_a_new_handle(dir, caps).await?;
             while chrono::Utc::now().timestamp_micros() <= expires {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let after_expiry = count_on_a_new_handle(caps).await?;
+            let after_expiry = count_on_a_new_handle(dir, caps).await?;
             if caps {
                 er.push(after_expiry);
             } else {
@@ -266,10 +334,10 @@ pub async fn run(
                     .join("visible_count");
                 std::fs::remove_file(&path)
                     .with_context(|| format!("removing {}", path.display()))?;
-                cold.push(count_on_a_new_handle(true).await?);
+                cold.push(count_on_a_new_handle(dir, true).await?);
             } else {
                 mp.push(took);
-                cp.push(count_on_a_new_handle(false).await?);
+                cp.push(count_on_a_new_handle(dir, false).await?);
             }
         }
     }
@@ -291,18 +359,12 @@ pub async fn run(
         percentile(&cp, 0.5),
         percentile(&cold, 0.5),
     );
-    let runs = rows.div_ceil(1000);
-    let (p, r) = both(&pair, repeats, async |s: &Store, _, i| {
-        let run = (7 + i) % runs;
-        let found = s
-            .scan(ScanRequest::new().filter(format!("run_id = 'run-{run}'")))
-            .await?;
-        let expected = 1000.min(rows - run * 1000);
-        ensure!(found.num_rows() == expected, "{} rows", found.num_rows());
-        Ok(())
-    })
-    .await?;
-    line("filtered scan (1,000 rows)", p, r);
+    Ok(())
+}
+
+/// Upserts of 1,000 rows (plain adds on the plain store), clustered and
+/// spread; the reads an upsert makes; the upsert against its floor.
+async fn upserts(pair: &Pair, rows: usize, repeats: usize) -> Result<()> {
     // 1,000 rows with fresh keys under existing secondary keys: the
     // capabilities store supersedes them, the plain one adds them. First
     // records clustered in the table, then records spread over it (each row
@@ -338,7 +400,7 @@ pub async fn run(
         ),
         ("s", &spread, "upsert of 1,000 rows spread over the table"),
     ] {
-        let (p, r) = both(&pair, repeats, async |s: &Store, caps, i| {
+        let (p, r) = both(pair, repeats, async |s: &Store, caps, i| {
             let b = new_versions(&format!("{prefix}{i}-{}", caps as u8), i * 1000, row_of)?;
             if caps {
                 s.upsert(&b).await?;
@@ -376,39 +438,6 @@ pub async fn run(
             "not met"
         }
     );
-    // The upserts (and the plain adds) are left unmerged: lookups now go
-    // through every unmerged generation too.
-    let unmerged = pair.records.wal_status().await?.unmerged_generations;
-    let (gp, gr) = gets(&pair, &keys).await?;
-    let label = format!(
-        "get p50 ({} unmerged generations)",
-        unmerged.iter().map(|(_, n)| n).sum::<usize>()
-    );
-    line(&label, percentile(&gp, 0.5), percentile(&gr, 0.5));
-    // "after a compaction": what the upserts left merged, the fragments
-    // compacted, then a new handle counts (the compaction carries the count
-    // to the version it makes: the same rows in new files). Once per store,
-    // last (the figures above run on the stores as merges left them); the
-    // counts repeated on new handles.
-    let mut compacted = Vec::new();
-    for caps in [false, true] {
-        let store = if caps { &pair.records } else { &pair.plain };
-        store.merge().await?;
-        store.compact().await?;
-        let mut took = Vec::new();
-        for _ in 0..repeats {
-            took.push(count_on_a_new_handle(caps).await?);
-        }
-        took.sort();
-        compacted.push(percentile(&took, 0.5));
-    }
-    line(
-        "count (new handle, after a compaction)",
-        compacted[0],
-        compacted[1],
-    );
-    pair.plain.close().await?;
-    pair.records.close().await?;
     Ok(())
 }
 

@@ -332,6 +332,10 @@ async fn round(store: &Store, q: &Queries) -> Result<Round> {
     })
 }
 
+/// Records per add (each merged) when loading, and per batch of the whole
+/// table for the exact BM25.
+const CHUNK: usize = 50_000;
+
 pub async fn run(args: SearchBenchArgs) -> Result<()> {
     ensure!(args.rows >= 1000, "--rows must be at least 1,000");
     ensure!(args.queries >= 1, "--queries must be at least 1");
@@ -347,7 +351,38 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         args.rows, args.queries
     );
     let data = generate(args.rows, dim, 42, "r");
-    let config = StoreConfig::new(&uri)
+    let store = load(&uri, &data, args.rows, dim).await?;
+
+    let q = queries(args.queries, dim);
+    // Quality: recall@10 against exact cosine; text top 10 against exact BM25.
+    let recall = vector_recall(&store, &data, &q).await?;
+    let (overlap, worst) = text_overlap(&store, &data, &q, args.rows, dim).await?;
+    println!(
+        "vector recall@10 (index, default settings) {recall:.3} · text overlap@10 with exact BM25 {overlap:.3}, largest relative score difference {worst:.1e}"
+    );
+
+    let merged = round(&store, &q).await?;
+    // G unmerged generations on top (100 new rows each).
+    let extra = generate(args.unmerged * 100, dim, 7, "u");
+    for g in 0..args.unmerged {
+        store
+            .add(&batch(&extra, g * 100..(g + 1) * 100, dim)?)
+            .await?;
+    }
+    let fresh = round(&store, &q).await?;
+    latency_table(&merged, &fresh, args.unmerged);
+
+    if args.no_peer {
+        return Ok(());
+    }
+    compare_with_peer(&args, &data, &q, &merged, dim);
+    Ok(())
+}
+
+/// Create the store at `uri` and load `data` into it (merged), compact it
+/// and build its vector index, each timed.
+async fn load(uri: &str, data: &Data, rows: usize, dim: usize) -> Result<Store> {
+    let config = StoreConfig::new(uri)
         .with_schema(schema(dim))
         .with_manual_maintenance()
         .with_indexes(IndexSettings {
@@ -362,10 +397,9 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         });
     let store = Store::create(config).await?;
     let t = Instant::now();
-    let chunk = 50_000;
-    for start in (0..args.rows).step_by(chunk) {
-        let end = (start + chunk).min(args.rows);
-        store.add(&batch(&data, start..end, dim)?).await?;
+    for start in (0..rows).step_by(CHUNK) {
+        let end = (start + CHUNK).min(rows);
+        store.add(&batch(data, start..end, dim)?).await?;
         store.merge().await?;
     }
     let load = t.elapsed();
@@ -381,9 +415,12 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         compact.as_secs_f64(),
         vector_index.as_secs_f64()
     );
+    Ok(store)
+}
 
-    let q = queries(args.queries, dim);
-    // Quality: recall@10 against exact cosine; text top 10 against exact BM25.
+/// The indexed vector search's recall@10 against an exact cosine search,
+/// averaged over the queries.
+async fn vector_recall(store: &Store, data: &Data, q: &Queries) -> Result<f64> {
     let mut recall = 0.0;
     for v in &q.vectors {
         let mut exact: Vec<(f32, usize)> = data
@@ -400,11 +437,24 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         recall += got.iter().filter(|g| truth.contains(*g)).count() as f64 / K as f64;
     }
     recall /= q.vectors.len() as f64;
+    Ok(recall)
+}
+
+/// The text search's top 10 against an exact BM25 over the same rows: the
+/// overlap (averaged over the queries) and the largest relative score
+/// difference.
+async fn text_overlap(
+    store: &Store,
+    data: &Data,
+    q: &Queries,
+    rows: usize,
+    dim: usize,
+) -> Result<(f64, f32)> {
     let text_column = TextColumn::new("text");
     let whole = {
         let mut parts = Vec::new();
-        for start in (0..args.rows).step_by(chunk) {
-            parts.push(batch(&data, start..(start + chunk).min(args.rows), dim)?);
+        for start in (0..rows).step_by(CHUNK) {
+            parts.push(batch(data, start..(start + CHUNK).min(rows), dim)?);
         }
         arrow_select::concat::concat_batches(&schema(dim), &parts)?
     };
@@ -430,24 +480,14 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         }
     }
     overlap /= q.texts.len() as f64;
-    println!(
-        "vector recall@10 (index, default settings) {recall:.3} · text overlap@10 with exact BM25 {overlap:.3}, largest relative score difference {worst:.1e}"
-    );
+    Ok((overlap, worst))
+}
 
-    let merged = round(&store, &q).await?;
-    // G unmerged generations on top (100 new rows each).
-    let extra = generate(args.unmerged * 100, dim, 7, "u");
-    for g in 0..args.unmerged {
-        store
-            .add(&batch(&extra, g * 100..(g + 1) * 100, dim)?)
-            .await?;
-    }
-    let fresh = round(&store, &q).await?;
+/// The latency table: each query kind merged and with `unmerged`
+/// generations on top, then hybrid against its slower leg.
+fn latency_table(merged: &Round, fresh: &Round, unmerged: usize) {
     println!();
-    println!(
-        "| query (p50 / p99 ms) | 0 unmerged generations | {} unmerged generations |",
-        args.unmerged
-    );
+    println!("| query (p50 / p99 ms) | 0 unmerged generations | {unmerged} unmerged generations |");
     println!("|---|---|---|");
     for (name, a, b) in [
         ("vector top-10", &merged.vector, &fresh.vector),
@@ -470,20 +510,20 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         );
     }
     println!(
-        "hybrid against its slower leg at the same per-leg limit (p50): {:.2}× merged, {:.2}× with {} unmerged generations",
+        "hybrid against its slower leg at the same per-leg limit (p50): {:.2}× merged, {:.2}× with {unmerged} unmerged generations",
         merged.hybrid.p50 / merged.vector_leg.p50.max(merged.text_leg.p50),
         fresh.hybrid.p50 / fresh.vector_leg.p50.max(fresh.text_leg.p50),
-        args.unmerged
     );
+}
 
-    if args.no_peer {
-        return Ok(());
-    }
+/// The previous implementation on the same records, side by side with this
+/// host's merged figures (skipped with a message when it cannot run).
+fn compare_with_peer(args: &SearchBenchArgs, data: &Data, q: &Queries, merged: &Round, dim: usize) {
     let peer_rows = args
         .peer_rows
         .unwrap_or(args.rows.min(100_000))
         .min(args.rows);
-    match peer(&args, &data, &q, peer_rows, dim) {
+    match peer(args, data, q, peer_rows, dim) {
         Ok(Some(p)) => {
             println!();
             println!(
@@ -508,7 +548,6 @@ pub async fn run(args: SearchBenchArgs) -> Result<()> {
         Ok(None) => {}
         Err(e) => println!("previous implementation: skipped ({e:#})"),
     }
-    Ok(())
 }
 
 const PEER_SCRIPT: &str = r#"

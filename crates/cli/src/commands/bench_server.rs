@@ -135,8 +135,37 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
     let mut rows: Vec<(String, Sample, Sample)> = Vec::new();
 
     // Single-record adds.
+    let (local_single, http_single) = single_adds(n, args.single_adds, &local, &client).await?;
+    rows.push(("add 1 record".into(), local_single, http_single));
+
+    // Adds of 1,000 records.
+    let (local_bulk, http_bulk) = bulk_adds(n, args.bulk_adds, &local, &client).await?;
+    rows.push(("add 1,000 records".into(), local_bulk, http_bulk));
+
+    // Gets by key (of the single adds), both stores merged first so that
+    // both read the same layout: the base table through its key index,
+    // nothing left in the write-ahead tier.
+    local.merge().await?;
+    client.merge("bench").await?;
+    let (local_get, http_get) = gets(n, &args, &local, &client).await?;
+    rows.push(("get by key".into(), local_get, http_get));
+
+    print_table(&rows);
+    local.close().await?;
+    let _ = stop.send(());
+    serving.await??;
+    Ok(())
+}
+
+/// `ops` single-record adds from `n` clients, in process then over HTTP.
+async fn single_adds(
+    n: usize,
+    ops: usize,
+    local: &Arc<NamedStore>,
+    client: &Client,
+) -> Result<(Sample, Sample)> {
     let l = local.clone();
-    let local_single = drive(n, args.single_adds, 1, move |i| {
+    let local_single = drive(n, ops, 1, move |i| {
         let l = l.clone();
         async move {
             let text = record("s", i).to_string();
@@ -147,7 +176,7 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
     })
     .await?;
     let c = client.clone();
-    let http_single = drive(n, args.single_adds, 1, move |i| {
+    let http_single = drive(n, ops, 1, move |i| {
         let c = c.clone();
         async move {
             c.add("bench", &[record("s", i)]).await?;
@@ -155,11 +184,18 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
         }
     })
     .await?;
-    rows.push(("add 1 record".into(), local_single, http_single));
+    Ok((local_single, http_single))
+}
 
-    // Adds of 1,000 records.
+/// `ops` adds of 1,000 records from `n` clients, in process then over HTTP.
+async fn bulk_adds(
+    n: usize,
+    ops: usize,
+    local: &Arc<NamedStore>,
+    client: &Client,
+) -> Result<(Sample, Sample)> {
     let l = local.clone();
-    let local_bulk = drive(n, args.bulk_adds, 1000, move |i| {
+    let local_bulk = drive(n, ops, 1000, move |i| {
         let l = l.clone();
         async move {
             let text: Vec<String> = (0..1000)
@@ -172,7 +208,7 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
     })
     .await?;
     let c = client.clone();
-    let http_bulk = drive(n, args.bulk_adds, 1000, move |i| {
+    let http_bulk = drive(n, ops, 1000, move |i| {
         let c = c.clone();
         async move {
             let records: Vec<Value> = (0..1000).map(|j| record(&format!("b{i}"), j)).collect();
@@ -181,13 +217,17 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
         }
     })
     .await?;
-    rows.push(("add 1,000 records".into(), local_bulk, http_bulk));
+    Ok((local_bulk, http_bulk))
+}
 
-    // Gets by key (of the single adds), both stores merged first so that
-    // both read the same layout: the base table through its key index,
-    // nothing left in the write-ahead tier.
-    local.merge().await?;
-    client.merge("bench").await?;
+/// `args.gets` gets by key of the single adds from `n` clients, in process
+/// then over HTTP.
+async fn gets(
+    n: usize,
+    args: &ServerBenchArgs,
+    local: &Arc<NamedStore>,
+    client: &Client,
+) -> Result<(Sample, Sample)> {
     let singles = args.single_adds.max(1);
     let l = local.clone();
     let local_get = drive(n, args.gets, 1, move |i| {
@@ -209,8 +249,11 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
         }
     })
     .await?;
-    rows.push(("get by key".into(), local_get, http_get));
+    Ok((local_get, http_get))
+}
 
+/// The table of each operation in process and over HTTP, and the goals.
+fn print_table(rows: &[(String, Sample, Sample)]) {
     println!();
     println!(
         "{:<18} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>12} | {:>8} {:>8}",
@@ -224,7 +267,7 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
         "p50 ×",
         "thru ×"
     );
-    for (name, local, http) in &rows {
+    for (name, local, http) in rows {
         println!(
             "{:<18} {:>10.2?} {:>10.2?} {:>12.0} | {:>10.2?} {:>10.2?} {:>12.0} | {:>8.2} {:>8.2}",
             name,
@@ -248,8 +291,4 @@ pub async fn run(args: ServerBenchArgs) -> Result<()> {
         ratio(2),
         if ratio(2) <= 2.0 { "met" } else { "NOT met" }
     );
-    local.close().await?;
-    let _ = stop.send(());
-    serving.await??;
-    Ok(())
 }

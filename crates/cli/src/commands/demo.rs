@@ -134,354 +134,39 @@ pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
         "--batch-rows must be at least 1".into()
     })?;
     let total = Instant::now();
-    std::fs::create_dir_all(&c.data).with_context(|| format!("creating {}", c.data.display()))?;
-    let runtime = Arc::new(PluginRuntime::new(
-        PluginLimits::default(),
-        lance_context_host::default_cache_dir().as_deref(),
-    )?);
-    let registry = Registry::at(&c.data, runtime)?;
-    // Each run's keys are new (the run number is part of them); the number
-    // is taken before anything is written, so a run that stopped half-way
-    // does not make the next one rewrite its keys.
-    let run = 1 + count_runs(&c.data);
-    std::fs::write(c.data.join(".demo-runs"), run.to_string())?;
-    let mut demo = Demo {
-        out,
-        report: Report {
-            root: c.data.display().to_string(),
-            run,
-            ..Default::default()
-        },
-    };
-    if !out.json {
-        println!(
-            "lance-context demo, run {run}, in {} (a registry of stores in a local directory)",
-            c.data.display()
-        );
-    }
+    let (registry, mut demo) = Demo::start(&c, out)?;
+    let run = demo.report.run;
 
     // 1. Stores: three built-in plugins and one user SchemaSpec.
-    let t = Instant::now();
-    let sources: [(&str, SchemaSource, Params); 4] = [
-        ("rollouts", SchemaSource::Builtin("rollout".into()), vec![]),
-        (
-            "memories",
-            SchemaSource::Builtin("context".into()),
-            vec![("embedding_dim".into(), EMBEDDING_DIM.to_string())],
-        ),
-        ("events", SchemaSource::Builtin("datagen".into()), vec![]),
-        (
-            "tickets",
-            SchemaSource::Spec(SchemaSpec::from_json(TICKETS_SPEC)?),
-            vec![],
-        ),
-    ];
-    let mut stores: Vec<NamedStore> = Vec::new();
-    let mut created = Vec::new();
-    for (name, source, params) in sources {
-        let named = match registry.describe(name) {
-            Ok(_) => registry.open(name, &HashMap::new()).await?,
-            Err(RegistryError::NotFound { .. }) => {
-                created.push(name);
-                let mut options = CreateOptions::new(source);
-                options.params = params;
-                registry.create(name, options).await?
-            }
-            Err(e) => return Err(e.into()),
-        };
-        stores.push(named);
-    }
-    demo.say(
-        "stores",
-        if created.is_empty() {
-            "reopened rollouts (rollout plugin), memories (context), events (datagen), tickets (user SchemaSpec)".into()
-        } else {
-            format!(
-                "created {} from the built-in plugins and a user SchemaSpec",
-                created.join(", ")
-            )
-        },
-        t,
-    );
-    let [rollouts, memories, events, tickets] =
-        <[NamedStore; 4]>::try_from(stores).map_err(|_| anyhow::anyhow!("four stores expected"))?;
-    let before = counts(&[&rollouts, &memories, &events, &tickets]).await?;
+    let [rollouts, memories, events, tickets] = demo.stores(&registry).await?;
+    let stores = [&rollouts, &memories, &events, &tickets];
+    let before = counts(&stores).await?;
 
     // 2. A generated sample, as JSON lines through each store's plugin.
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (run.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1);
     let tag = format!("r{run}");
-    let (rollout_rows, first_rollout) = rollout_sample(&mut rng, &tag, c.rollouts);
-    let memory_rows = memory_sample(&mut rng, &tag, c.rollouts * 25);
-    let (event_rows, first_item) = event_sample(&mut rng, &tag, c.rollouts * 5 / 2);
-    let ticket_rows = ticket_sample(&mut rng, &tag, c.rollouts * 10);
-    let all = rollout_rows.len() + memory_rows.len() + event_rows.len() + ticket_rows.len();
-    let bar = out.bar(Some(all as u64), "loading the sample");
-    let t = Instant::now();
-    let mut loaded = 0usize;
-    for (store, rows) in [
-        (&rollouts, &rollout_rows),
-        (&memories, &memory_rows),
-        (&events, &event_rows),
-        (&tickets, &ticket_rows),
-    ] {
-        for chunk in rows.chunks(c.batch_rows.max(1)) {
-            let text = chunk
-                .iter()
-                .map(Value::to_string)
-                .collect::<Vec<_>>()
-                .join("\n");
-            let batch = rows_from_json(store.plugin(), text.as_bytes())?;
-            store.add(&batch).await?;
-            loaded += chunk.len();
-            bar.set_position(loaded as u64);
-        }
-    }
-    bar.finish_and_clear();
-    demo.say(
-        "load",
-        format!(
-            "{all} records through the plugins ({} rollout messages, {} memories with {EMBEDDING_DIM}-d embeddings, {} datagen events, {} tickets), {:.0} records/s, each add durable on return",
-            rollout_rows.len(),
-            memory_rows.len(),
-            event_rows.len(),
-            ticket_rows.len(),
-            all as f64 / t.elapsed().as_secs_f64().max(1e-9)
-        ),
-        t,
-    );
+    let sample = Sample::generate(&mut rng, &tag, c.rollouts);
+    demo.load(stores, &sample, c.batch_rows).await?;
 
     // 3. A bad batch is refused whole, naming row and column.
-    let t = Instant::now();
-    let bad = [
-        json!({"id": format!("{tag}-bad-1"), "team": "billing", "title": "fine", "priority": 2, "status": "open", "opened_at": "2026-11-30T10:00:00"}),
-        json!({"id": format!("{tag}-bad-2"), "team": "marketing", "title": "", "priority": 9, "status": "open", "opened_at": "2026-11-30T10:00:00"}),
-    ];
-    let text = bad
-        .iter()
-        .map(Value::to_string)
-        .collect::<Vec<_>>()
-        .join("\n");
-    let batch = rows_from_json(tickets.plugin(), text.as_bytes())?;
-    let tickets_before = tickets.count(None).await?;
-    match tickets.add(&batch).await {
-        Ok(_) => anyhow::bail!("the demo's bad batch was accepted"),
-        Err(e) => {
-            let errors = e.to_string().replace('\n', " ");
-            let rows = match &e {
-                lance_context_host::PipelineError::Plugin(p) => p
-                    .row_errors()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "line {} column {}: {}",
-                            u64::from(r.row) + 1,
-                            r.column.as_deref().unwrap_or("-"),
-                            r.message
-                        )
-                    })
-                    .collect::<Vec<_>>(),
-                _ => vec![errors],
-            };
-            ensure!(
-                tickets.count(None).await? == tickets_before,
-                "a refused batch wrote rows"
-            );
-            demo.say(
-                "refused batch",
-                format!(
-                    "2 tickets refused whole, nothing written: {}",
-                    rows.join("; ")
-                ),
-                t,
-            );
-        }
-    }
+    demo.refused_batch(&tickets, &tag).await?;
 
     // 4. Maintenance: merge the write-ahead tier, compact, index the vectors.
-    let t = Instant::now();
-    let mut merged = 0;
-    for store in [&rollouts, &memories, &events, &tickets] {
-        merged += store.merge().await?.rows_upserted;
-    }
-    demo.say(
-        "merge",
-        format!("{merged} rows folded from the write-ahead tier into the base tables"),
-        t,
-    );
-    let t = Instant::now();
-    let mut removed = 0;
-    for store in [&rollouts, &memories, &events, &tickets] {
-        removed += store.compact().await?.fragments_removed;
-    }
-    demo.say(
-        "compact",
-        format!("{removed} small fragment(s) rewritten"),
-        t,
-    );
-    let t = Instant::now();
-    memories.build_vector_index("embedding").await?;
-    let stats = memories.stats().await?;
-    let trained = stats
-        .index("embedding_idx")
-        .is_some_and(|i| i.covers_all_rows);
-    demo.say(
-        "vector index",
-        if trained {
-            "IVF index on memories.embedding".into()
-        } else {
-            format!(
-                "IVF index on memories.embedding defined, not trained: {} row(s) \
-                 (training needs 256); searches are exact",
-                stats.rows_in_base
-            )
-        },
-        t,
-    );
+    demo.maintain(stores, &memories).await?;
 
     // 5. Reads.
-    let t = Instant::now();
-    let key = format!("{tag}-mem-7");
-    let found = memories
-        .lookup(
-            &[key.as_str()],
-            Some(&["id".to_string(), "text_payload".to_string()]),
-        )
+    demo.lookup_and_scan(&memories, &tickets, &tag).await?;
+    demo.vector_search(&memories, &mut rng).await?;
+    demo.named_reads(&rollouts, &events, &tickets, &sample)
         .await?;
-    ensure!(found.num_rows() == 1, "point lookup of {key} found nothing");
-    demo.say("point lookup", format!("memories {key}: found"), t);
 
-    let t = Instant::now();
-    let urgent = tickets
-        .scan(
-            ScanRequest::new()
-                .filter("priority <= 2 AND status = 'open' AND team = 'infra'")
-                .project(["id", "priority", "title"])
-                .order_by(SortKey::asc("priority"))
-                .order_by(SortKey::asc("id"))
-                .limit(10),
-        )
-        .await?;
-    let open_infra = tickets
-        .count(Some("status = 'open' AND team = 'infra'"))
-        .await?;
-    demo.say(
-        "filtered scan",
-        format!(
-            "tickets: {open_infra} open for infra; the {} most urgent, ordered by priority",
-            urgent.num_rows()
-        ),
-        t,
-    );
-
-    let t = Instant::now();
-    let query: Vec<f32> = (0..EMBEDDING_DIM).map(|_| rng.unit()).collect();
-    let mut search = VectorQuery::new("embedding", query, 5);
-    search.filter = Some("tenant = 'acme'".into());
-    let near = memories.nearest(&search).await?;
-    demo.say(
-        "vector search",
-        format!(
-            "5 nearest memories of tenant acme: {} found",
-            near.num_rows()
-        ),
-        t,
-    );
-
-    let t = Instant::now();
-    let trajectory = rollouts
-        .query(
-            "trajectory",
-            &[("rollout_id".into(), first_rollout.clone())],
-        )
-        .await?;
-    ensure!(
-        trajectory.num_rows() == 40,
-        "trajectory of {first_rollout}: {} rows",
-        trajectory.num_rows()
-    );
-    demo.say(
-        "trajectory",
-        format!(
-            "rollout {first_rollout}: {} messages in order (named query)",
-            trajectory.num_rows()
-        ),
-        t,
-    );
-
-    let t = Instant::now();
-    let state = events
-        .reduce("item_state", &[("item_id".into(), first_item.clone())])
-        .await?;
-    let state: Value = serde_json::from_str(state.get())?;
-    demo.say(
-        "item fold",
-        format!(
-            "datagen item {first_item}: status {}, folded by the plugin from its events",
-            state.pointer("/item/status").unwrap_or(&Value::Null)
-        ),
-        t,
-    );
-
-    let t = Instant::now();
-    let team = tickets
-        .query("open_for_team", &[("team".into(), "agents".into())])
-        .await?;
-    demo.say(
-        "user query",
-        format!(
-            "tickets open_for_team(agents): {} rows (a query the SchemaSpec declares)",
-            team.num_rows()
-        ),
-        t,
-    );
-
-    for store in [&rollouts, &memories, &events, &tickets] {
+    for store in stores {
         store.close().await?;
     }
 
     // 6. A fresh reader (a new registry handle, read-only) sees every
     // acknowledged record.
-    let t = Instant::now();
-    let reader = Registry::at(
-        &c.data,
-        Arc::new(PluginRuntime::new(
-            PluginLimits::default(),
-            lance_context_host::default_cache_dir().as_deref(),
-        )?),
-    )?;
-    let mut fresh = Vec::new();
-    for name in ["rollouts", "memories", "events", "tickets"] {
-        fresh.push(reader.open_with(name, &HashMap::new(), true, |c| c).await?);
-    }
-    let after = counts(&fresh.iter().collect::<Vec<_>>()).await?;
-    let added = [
-        rollout_rows.len(),
-        memory_rows.len(),
-        event_rows.len(),
-        ticket_rows.len(),
-    ];
-    for (i, name) in ["rollouts", "memories", "events", "tickets"]
-        .iter()
-        .enumerate()
-    {
-        ensure!(
-            after[i] == before[i] + added[i] as u64,
-            "a fresh reader sees {} records in {name}, expected {} + {}",
-            after[i],
-            before[i],
-            added[i]
-        );
-        demo.report.counts.insert(name.to_string(), after[i]);
-    }
-    demo.say(
-        "fresh reader",
-        format!(
-            "rollouts {}, memories {}, events {}, tickets {} (+{all} this run)",
-            after[0], after[1], after[2], after[3]
-        ),
-        t,
-    );
+    demo.fresh_reader(&c.data, &before, &sample).await?;
     if out.json {
         return out.item(&demo.report, String::new);
     }
@@ -491,6 +176,441 @@ pub async fn run(c: DemoCommand, out: Out) -> Result<()> {
         c.data.display()
     );
     Ok(())
+}
+
+/// The generated sample of a run: each store's records, as JSON.
+struct Sample {
+    rollouts: Vec<Value>,
+    memories: Vec<Value>,
+    events: Vec<Value>,
+    tickets: Vec<Value>,
+    /// The first rollout's id (read back as a trajectory).
+    first_rollout: String,
+    /// The first datagen item's id (read back folded).
+    first_item: String,
+}
+
+impl Sample {
+    /// `rollouts` trajectories and each other store's proportional share.
+    fn generate(rng: &mut Rng, tag: &str, rollouts: usize) -> Self {
+        let (rollout_rows, first_rollout) = rollout_sample(rng, tag, rollouts);
+        let memory_rows = memory_sample(rng, tag, rollouts * 25);
+        let (event_rows, first_item) = event_sample(rng, tag, rollouts * 5 / 2);
+        let ticket_rows = ticket_sample(rng, tag, rollouts * 10);
+        Sample {
+            rollouts: rollout_rows,
+            memories: memory_rows,
+            events: event_rows,
+            tickets: ticket_rows,
+            first_rollout,
+            first_item,
+        }
+    }
+
+    /// Each store's records, in the stores' order.
+    fn rows(&self) -> [&Vec<Value>; 4] {
+        [&self.rollouts, &self.memories, &self.events, &self.tickets]
+    }
+
+    /// The records of every store.
+    fn len(&self) -> usize {
+        self.rows().iter().map(|rows| rows.len()).sum()
+    }
+}
+
+impl Demo {
+    /// The data root, its registry and the run's number (taken before
+    /// anything is written), announced.
+    fn start(c: &DemoCommand, out: Out) -> Result<(Registry, Demo)> {
+        std::fs::create_dir_all(&c.data)
+            .with_context(|| format!("creating {}", c.data.display()))?;
+        let runtime = Arc::new(PluginRuntime::new(
+            PluginLimits::default(),
+            lance_context_host::default_cache_dir().as_deref(),
+        )?);
+        let registry = Registry::at(&c.data, runtime)?;
+        // Each run's keys are new (the run number is part of them); the number
+        // is taken before anything is written, so a run that stopped half-way
+        // does not make the next one rewrite its keys.
+        let run = 1 + count_runs(&c.data);
+        std::fs::write(c.data.join(".demo-runs"), run.to_string())?;
+        let demo = Demo {
+            out,
+            report: Report {
+                root: c.data.display().to_string(),
+                run,
+                ..Default::default()
+            },
+        };
+        if !out.json {
+            println!(
+                "lance-context demo, run {run}, in {} (a registry of stores in a local directory)",
+                c.data.display()
+            );
+        }
+        Ok((registry, demo))
+    }
+
+    /// Step 1: the four stores, reopened or created.
+    async fn stores(&mut self, registry: &Registry) -> Result<[NamedStore; 4]> {
+        let t = Instant::now();
+        let sources: [(&str, SchemaSource, Params); 4] = [
+            ("rollouts", SchemaSource::Builtin("rollout".into()), vec![]),
+            (
+                "memories",
+                SchemaSource::Builtin("context".into()),
+                vec![("embedding_dim".into(), EMBEDDING_DIM.to_string())],
+            ),
+            ("events", SchemaSource::Builtin("datagen".into()), vec![]),
+            (
+                "tickets",
+                SchemaSource::Spec(SchemaSpec::from_json(TICKETS_SPEC)?),
+                vec![],
+            ),
+        ];
+        let mut stores: Vec<NamedStore> = Vec::new();
+        let mut created = Vec::new();
+        for (name, source, params) in sources {
+            let named = match registry.describe(name) {
+                Ok(_) => registry.open(name, &HashMap::new()).await?,
+                Err(RegistryError::NotFound { .. }) => {
+                    created.push(name);
+                    let mut options = CreateOptions::new(source);
+                    options.params = params;
+                    registry.create(name, options).await?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            stores.push(named);
+        }
+        self.say(
+            "stores",
+            if created.is_empty() {
+                "reopened rollouts (rollout plugin), memories (context), events (datagen), tickets (user SchemaSpec)".into()
+            } else {
+                format!(
+                    "created {} from the built-in plugins and a user SchemaSpec",
+                    created.join(", ")
+                )
+            },
+            t,
+        );
+        <[NamedStore; 4]>::try_from(stores).map_err(|_| anyhow::anyhow!("four stores expected"))
+    }
+
+    /// Step 2: the sample through each store's plugin, `batch_rows` records
+    /// per add.
+    async fn load(
+        &mut self,
+        stores: [&NamedStore; 4],
+        sample: &Sample,
+        batch_rows: usize,
+    ) -> Result<()> {
+        let all = sample.len();
+        let bar = self.out.bar(Some(all as u64), "loading the sample");
+        let t = Instant::now();
+        let mut loaded = 0usize;
+        for (store, rows) in stores.into_iter().zip(sample.rows()) {
+            for chunk in rows.chunks(batch_rows.max(1)) {
+                let text = chunk
+                    .iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let batch = rows_from_json(store.plugin(), text.as_bytes())?;
+                store.add(&batch).await?;
+                loaded += chunk.len();
+                bar.set_position(loaded as u64);
+            }
+        }
+        bar.finish_and_clear();
+        self.say(
+            "load",
+            format!(
+                "{all} records through the plugins ({} rollout messages, {} memories with {EMBEDDING_DIM}-d embeddings, {} datagen events, {} tickets), {:.0} records/s, each add durable on return",
+                sample.rollouts.len(),
+                sample.memories.len(),
+                sample.events.len(),
+                sample.tickets.len(),
+                all as f64 / t.elapsed().as_secs_f64().max(1e-9)
+            ),
+            t,
+        );
+        Ok(())
+    }
+
+    /// Step 3: a bad batch of tickets is refused whole, naming row and
+    /// column, and writes nothing.
+    async fn refused_batch(&mut self, tickets: &NamedStore, tag: &str) -> Result<()> {
+        let t = Instant::now();
+        let bad = [
+            json!({"id": format!("{tag}-bad-1"), "team": "billing", "title": "fine", "priority": 2, "status": "open", "opened_at": "2026-11-30T10:00:00"}),
+            json!({"id": format!("{tag}-bad-2"), "team": "marketing", "title": "", "priority": 9, "status": "open", "opened_at": "2026-11-30T10:00:00"}),
+        ];
+        let text = bad
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let batch = rows_from_json(tickets.plugin(), text.as_bytes())?;
+        let tickets_before = tickets.count(None).await?;
+        match tickets.add(&batch).await {
+            Ok(_) => anyhow::bail!("the demo's bad batch was accepted"),
+            Err(e) => {
+                let errors = e.to_string().replace('\n', " ");
+                let rows = match &e {
+                    lance_context_host::PipelineError::Plugin(p) => p
+                        .row_errors()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "line {} column {}: {}",
+                                u64::from(r.row) + 1,
+                                r.column.as_deref().unwrap_or("-"),
+                                r.message
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                    _ => vec![errors],
+                };
+                ensure!(
+                    tickets.count(None).await? == tickets_before,
+                    "a refused batch wrote rows"
+                );
+                self.say(
+                    "refused batch",
+                    format!(
+                        "2 tickets refused whole, nothing written: {}",
+                        rows.join("; ")
+                    ),
+                    t,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 4: merge the write-ahead tier, compact, index the memories'
+    /// vectors.
+    async fn maintain(&mut self, stores: [&NamedStore; 4], memories: &NamedStore) -> Result<()> {
+        let t = Instant::now();
+        let mut merged = 0;
+        for store in stores {
+            merged += store.merge().await?.rows_upserted;
+        }
+        self.say(
+            "merge",
+            format!("{merged} rows folded from the write-ahead tier into the base tables"),
+            t,
+        );
+        let t = Instant::now();
+        let mut removed = 0;
+        for store in stores {
+            removed += store.compact().await?.fragments_removed;
+        }
+        self.say(
+            "compact",
+            format!("{removed} small fragment(s) rewritten"),
+            t,
+        );
+        let t = Instant::now();
+        memories.build_vector_index("embedding").await?;
+        let stats = memories.stats().await?;
+        let trained = stats
+            .index("embedding_idx")
+            .is_some_and(|i| i.covers_all_rows);
+        self.say(
+            "vector index",
+            if trained {
+                "IVF index on memories.embedding".into()
+            } else {
+                format!(
+                    "IVF index on memories.embedding defined, not trained: {} row(s) \
+                     (training needs 256); searches are exact",
+                    stats.rows_in_base
+                )
+            },
+            t,
+        );
+        Ok(())
+    }
+
+    /// Step 5, reads: a point lookup of a memory, a filtered scan of
+    /// tickets.
+    async fn lookup_and_scan(
+        &mut self,
+        memories: &NamedStore,
+        tickets: &NamedStore,
+        tag: &str,
+    ) -> Result<()> {
+        let t = Instant::now();
+        let key = format!("{tag}-mem-7");
+        let found = memories
+            .lookup(
+                &[key.as_str()],
+                Some(&["id".to_string(), "text_payload".to_string()]),
+            )
+            .await?;
+        ensure!(found.num_rows() == 1, "point lookup of {key} found nothing");
+        self.say("point lookup", format!("memories {key}: found"), t);
+
+        let t = Instant::now();
+        let urgent = tickets
+            .scan(
+                ScanRequest::new()
+                    .filter("priority <= 2 AND status = 'open' AND team = 'infra'")
+                    .project(["id", "priority", "title"])
+                    .order_by(SortKey::asc("priority"))
+                    .order_by(SortKey::asc("id"))
+                    .limit(10),
+            )
+            .await?;
+        let open_infra = tickets
+            .count(Some("status = 'open' AND team = 'infra'"))
+            .await?;
+        self.say(
+            "filtered scan",
+            format!(
+                "tickets: {open_infra} open for infra; the {} most urgent, ordered by priority",
+                urgent.num_rows()
+            ),
+            t,
+        );
+        Ok(())
+    }
+
+    /// Step 5, reads: the memories nearest a random vector, in one tenant.
+    async fn vector_search(&mut self, memories: &NamedStore, rng: &mut Rng) -> Result<()> {
+        let t = Instant::now();
+        let query: Vec<f32> = (0..EMBEDDING_DIM).map(|_| rng.unit()).collect();
+        let mut search = VectorQuery::new("embedding", query, 5);
+        search.filter = Some("tenant = 'acme'".into());
+        let near = memories.nearest(&search).await?;
+        self.say(
+            "vector search",
+            format!(
+                "5 nearest memories of tenant acme: {} found",
+                near.num_rows()
+            ),
+            t,
+        );
+        Ok(())
+    }
+
+    /// Step 5, reads: the plugins' named queries and fold — a trajectory, a
+    /// datagen item's state, the SchemaSpec's query.
+    async fn named_reads(
+        &mut self,
+        rollouts: &NamedStore,
+        events: &NamedStore,
+        tickets: &NamedStore,
+        sample: &Sample,
+    ) -> Result<()> {
+        let Sample {
+            first_rollout,
+            first_item,
+            ..
+        } = sample;
+        let t = Instant::now();
+        let trajectory = rollouts
+            .query(
+                "trajectory",
+                &[("rollout_id".into(), first_rollout.clone())],
+            )
+            .await?;
+        ensure!(
+            trajectory.num_rows() == 40,
+            "trajectory of {first_rollout}: {} rows",
+            trajectory.num_rows()
+        );
+        self.say(
+            "trajectory",
+            format!(
+                "rollout {first_rollout}: {} messages in order (named query)",
+                trajectory.num_rows()
+            ),
+            t,
+        );
+
+        let t = Instant::now();
+        let state = events
+            .reduce("item_state", &[("item_id".into(), first_item.clone())])
+            .await?;
+        let state: Value = serde_json::from_str(state.get())?;
+        self.say(
+            "item fold",
+            format!(
+                "datagen item {first_item}: status {}, folded by the plugin from its events",
+                state.pointer("/item/status").unwrap_or(&Value::Null)
+            ),
+            t,
+        );
+
+        let t = Instant::now();
+        let team = tickets
+            .query("open_for_team", &[("team".into(), "agents".into())])
+            .await?;
+        self.say(
+            "user query",
+            format!(
+                "tickets open_for_team(agents): {} rows (a query the SchemaSpec declares)",
+                team.num_rows()
+            ),
+            t,
+        );
+        Ok(())
+    }
+
+    /// Step 6: a fresh reader (a new registry handle, read-only) counts each
+    /// store: what it held `before` plus this run's sample.
+    async fn fresh_reader(
+        &mut self,
+        data: &std::path::Path,
+        before: &[u64],
+        sample: &Sample,
+    ) -> Result<()> {
+        let t = Instant::now();
+        let reader = Registry::at(
+            data,
+            Arc::new(PluginRuntime::new(
+                PluginLimits::default(),
+                lance_context_host::default_cache_dir().as_deref(),
+            )?),
+        )?;
+        let mut fresh = Vec::new();
+        for name in ["rollouts", "memories", "events", "tickets"] {
+            fresh.push(reader.open_with(name, &HashMap::new(), true, |c| c).await?);
+        }
+        let after = counts(&fresh.iter().collect::<Vec<_>>()).await?;
+        let added = sample.rows().map(|rows| rows.len());
+        for (i, name) in ["rollouts", "memories", "events", "tickets"]
+            .iter()
+            .enumerate()
+        {
+            ensure!(
+                after[i] == before[i] + added[i] as u64,
+                "a fresh reader sees {} records in {name}, expected {} + {}",
+                after[i],
+                before[i],
+                added[i]
+            );
+            self.report.counts.insert(name.to_string(), after[i]);
+        }
+        self.say(
+            "fresh reader",
+            format!(
+                "rollouts {}, memories {}, events {}, tickets {} (+{} this run)",
+                after[0],
+                after[1],
+                after[2],
+                after[3],
+                sample.len()
+            ),
+            t,
+        );
+        Ok(())
+    }
 }
 
 fn count_runs(root: &std::path::Path) -> u64 {

@@ -11,8 +11,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use clap::Parser;
 use futures::TryStreamExt;
+use indicatif::ProgressBar;
 use lance_context_host::{NamedStore, input_schema};
-use lance_context_store::ScanRequest;
+use lance_context_store::{BatchStream, ScanRequest};
 use serde::Serialize;
 
 use crate::args::{AsOf, usage};
@@ -130,6 +131,50 @@ impl Target {
     }
 }
 
+/// The writer of an export, and (for an atomic one) the temporary file and
+/// the path it is renamed to.
+type Opened = (Box<dyn Write + Send>, Option<(PathBuf, PathBuf)>);
+
+impl Target {
+    /// Open the target for writing.
+    fn open(self) -> Result<Opened> {
+        Ok(match self {
+            Target::Stdout => (Box::new(std::io::stdout()), None),
+            Target::Direct(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                (Box::new(file), None)
+            }
+            Target::Atomic { temp, path } => {
+                let file = std::fs::File::create(&temp)
+                    .with_context(|| format!("creating {}", temp.display()))?;
+                (Box::new(file), Some((temp, path)))
+            }
+        })
+    }
+}
+
+impl Sink {
+    /// A sink writing `format` to `writer`; `schema` is the records'.
+    fn new(format: Format, writer: Box<dyn Write + Send>, schema: &SchemaRef) -> Result<Self> {
+        Ok(match format {
+            Format::Jsonl => Sink::Jsonl(arrow_json::LineDelimitedWriter::new(writer)),
+            Format::Arrow => Sink::Arrow(arrow_ipc::writer::StreamWriter::try_new(writer, schema)?),
+            Format::Parquet => Sink::Parquet(parquet::arrow::ArrowWriter::try_new(
+                writer,
+                schema.clone(),
+                Some(
+                    parquet::file::properties::WriterProperties::builder()
+                        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+                        .build(),
+                ),
+            )?),
+        })
+    }
+}
+
 pub async fn run(named: &NamedStore, c: ExportCommand, out: Out) -> Result<()> {
     let to_stdout = c.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
     let format = Format::pick(c.format, c.output.as_deref().filter(|_| !to_stdout));
@@ -158,60 +203,11 @@ pub async fn run(named: &NamedStore, c: ExportCommand, out: Out) -> Result<()> {
             "refusing to write {format:?} (binary) to a terminal: give -o FILE or redirect stdout"
         )));
     }
-    let (target, temp): (Box<dyn Write + Send>, Option<(PathBuf, PathBuf)>) =
-        match Target::of(c.output.as_ref())? {
-            Target::Stdout => (Box::new(std::io::stdout()), None),
-            Target::Direct(path) => {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .with_context(|| format!("opening {}", path.display()))?;
-                (Box::new(file), None)
-            }
-            Target::Atomic { temp, path } => {
-                let file = std::fs::File::create(&temp)
-                    .with_context(|| format!("creating {}", temp.display()))?;
-                (Box::new(file), Some((temp, path)))
-            }
-        };
+    let (target, temp) = Target::of(c.output.as_ref())?.open()?;
     let writer: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, target));
-    let mut first: Option<RecordBatch> = None;
     let started = Instant::now();
     let bar = out.bar(None, &format!("exporting {}", named.name()));
-    let result: Result<usize> = async {
-        let batch = stream.try_next().await?;
-        let schema = batch.as_ref().map(|b| b.schema()).unwrap_or(schema);
-        first = batch;
-        let mut sink = match format {
-            Format::Jsonl => Sink::Jsonl(arrow_json::LineDelimitedWriter::new(writer)),
-            Format::Arrow => {
-                Sink::Arrow(arrow_ipc::writer::StreamWriter::try_new(writer, &schema)?)
-            }
-            Format::Parquet => Sink::Parquet(parquet::arrow::ArrowWriter::try_new(
-                writer,
-                schema.clone(),
-                Some(
-                    parquet::file::properties::WriterProperties::builder()
-                        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
-                        .build(),
-                ),
-            )?),
-        };
-        let mut records = 0;
-        if let Some(batch) = first.take() {
-            records += batch.num_rows();
-            sink.write(&batch)?;
-        }
-        while let Some(batch) = stream.try_next().await? {
-            records += batch.num_rows();
-            sink.write(&batch)?;
-            bar.set_position(records as u64);
-            bar.set_message(format!("exported {records} record(s)"));
-        }
-        sink.finish()?;
-        Ok(records)
-    }
-    .await;
+    let result = write_records(&mut stream, format, writer, schema, &bar).await;
     bar.finish_and_clear();
     let records = match result {
         Ok(n) => n,
@@ -260,4 +256,32 @@ pub async fn run(named: &NamedStore, c: ExportCommand, out: Out) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Write every batch of `stream` to `writer` in `format` (the first batch's
+/// schema, else `schema` when there is none), counting them on `bar`: the
+/// records written.
+async fn write_records(
+    stream: &mut BatchStream,
+    format: Format,
+    writer: Box<dyn Write + Send>,
+    schema: SchemaRef,
+    bar: &ProgressBar,
+) -> Result<usize> {
+    let mut first: Option<RecordBatch> = stream.try_next().await?;
+    let schema = first.as_ref().map(|b| b.schema()).unwrap_or(schema);
+    let mut sink = Sink::new(format, writer, &schema)?;
+    let mut records = 0;
+    if let Some(batch) = first.take() {
+        records += batch.num_rows();
+        sink.write(&batch)?;
+    }
+    while let Some(batch) = stream.try_next().await? {
+        records += batch.num_rows();
+        sink.write(&batch)?;
+        bar.set_position(records as u64);
+        bar.set_message(format!("exported {records} record(s)"));
+    }
+    sink.finish()?;
+    Ok(records)
 }

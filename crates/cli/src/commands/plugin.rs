@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use lance_context_host::{
-    BUILTIN_PLUGINS, PluginError, PluginLimits, PluginRuntime, ProbeLevel, Registry,
+    BUILTIN_PLUGINS, LoadedPlugin, PluginDeclaration, PluginError, PluginLimits, PluginRuntime,
+    ProbeLevel, Registry,
 };
 use serde::Serialize;
 
@@ -204,6 +205,47 @@ fn inspect(
     root: &std::path::Path,
     out: Out,
 ) -> Result<()> {
+    let loaded = load_inspected(runtime, plugin, params, root)?;
+    let d = loaded.declaration();
+    let inspected = inspected(d);
+    if out.json {
+        return out.item(&inspected, String::new);
+    }
+    print_inspected(&inspected, d);
+    out.list(
+        &inspected.columns,
+        &["#", "column", "type", "null", "metadata"],
+        |c| {
+            vec![
+                (inspected
+                    .columns
+                    .iter()
+                    .position(|x| x.name == c.name)
+                    .unwrap_or(0)
+                    + 1)
+                .to_string(),
+                c.name.clone(),
+                c.data_type.clone(),
+                if c.nullable { "yes" } else { "no" }.to_string(),
+                c.metadata
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ]
+        },
+        "",
+    )
+}
+
+/// The plugin `inspect` names, loaded: a store's (under `root`), a
+/// built-in or a `.wasm` file.
+fn load_inspected(
+    runtime: Arc<PluginRuntime>,
+    plugin: &str,
+    params: Vec<(String, String)>,
+    root: &std::path::Path,
+) -> Result<LoadedPlugin> {
     let is_file = plugin.ends_with(".wasm") || plugin.contains('/');
     // A store of that name under the root comes first (also over a
     // built-in's name: `--root` elsewhere inspects the built-in).
@@ -243,9 +285,13 @@ fn inspect(
         let (label, bytes) = plugin_bytes(plugin)?;
         runtime.load(&label, &bytes, params)?
     };
-    let d = loaded.declaration();
+    Ok(loaded)
+}
+
+/// What `inspect` reports of a declaration.
+fn inspected(d: &PluginDeclaration) -> Inspected {
     let spec = &d.spec;
-    let inspected = Inspected {
+    Inspected {
         plugin: d.name.clone(),
         version: d.version.clone(),
         abi_version: d.abi_version,
@@ -297,10 +343,13 @@ fn inspect(
                     .collect(),
             })
             .collect(),
-    };
-    if out.json {
-        return out.item(&inspected, String::new);
     }
+}
+
+/// `inspect`'s text before the table of columns: the plugin, its key,
+/// vectors, blob columns, capabilities, transform and queries.
+fn print_inspected(inspected: &Inspected, d: &PluginDeclaration) {
+    let spec = &d.spec;
     println!(
         "plugin {} {} (ABI {}), sha256 {}",
         inspected.plugin, inspected.version, inspected.abi_version, inspected.sha256
@@ -340,30 +389,6 @@ fn inspect(
             }
         );
     }
-    out.list(
-        &inspected.columns,
-        &["#", "column", "type", "null", "metadata"],
-        |c| {
-            vec![
-                (inspected
-                    .columns
-                    .iter()
-                    .position(|x| x.name == c.name)
-                    .unwrap_or(0)
-                    + 1)
-                .to_string(),
-                c.name.clone(),
-                c.data_type.clone(),
-                if c.nullable { "yes" } else { "no" }.to_string(),
-                c.metadata
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ]
-        },
-        "",
-    )
 }
 
 /// What `plugin check` found: every check, passed or not.

@@ -15,6 +15,11 @@ const BUILT_WITH_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugins
 /// The toolchain the project pins (a new crate pins the same one).
 const TOOLCHAIN: &str = include_str!("../../../../rust-toolchain.toml");
 
+/// The template of a new crate's `src/lib.rs`; [`lib_rs`] fills in `{schema}`
+/// (the schema's name) and `{ty}` (the plugin's type). Every other brace is
+/// the generated code's own.
+const LIB_RS: &str = include_str!("templates/lib.rs.txt");
+
 #[derive(Debug, Serialize)]
 struct Created {
     crate_name: String,
@@ -217,162 +222,12 @@ strip = true
     )
 }
 
+/// The generated crate's `src/lib.rs`: [`LIB_RS`] with `{schema}` and `{ty}`
+/// filled in.
 fn lib_rs(name: &str) -> String {
     let schema = name.replace('-', "_");
     let ty = format!("{}Schema", pascal(name));
-    format!(
-        r#"//! The `{schema}` schema plugin: orders with an amount, a currency and a
-//! creation time the plugin fills from the host's clock when absent.
-//!
-//! Build: `cargo build --release --target wasm32-wasip2`; check:
-//! `lance-context plugin check target/wasm32-wasip2/release/{schema}.wasm --sample samples.jsonl`.
-
-use lance_context_plugin::arrow_array::cast::AsArray;
-use lance_context_plugin::arrow_array::types::Int64Type;
-use lance_context_plugin::*;
-
-/// The currencies an order may be in.
-const CURRENCIES: &[&str] = &["EUR", "GBP", "USD"];
-
-pub struct {ty};
-
-/// The declared schema: the key `id`, then the record's columns.
-fn schema() -> Schema {{
-    Schema::new(vec![
-        key_field("id"),
-        Field::new("customer", DataType::Utf8, false),
-        Field::new("amount_cents", DataType::Int64, false),
-        Field::new("currency", DataType::Utf8, false),
-        Field::new("note", DataType::Utf8, true),
-        // A UTC timestamp: microseconds, zone "UTC" (in JSON: RFC 3339).
-        Field::new(
-            "created_at",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-    ])
-}}
-
-impl Plugin for {ty} {{
-    fn describe(params: &Params) -> Result<Declaration, InvalidParams> {{
-        // This schema takes no creation parameters: refuse any, by name.
-        if let Some((name, _)) = params.first() {{
-            return Err(format!("unknown parameter '{{name}}' (this plugin takes none)").into());
-        }}
-        Ok(Declaration::new("{schema}", "0.1.0", schema()).with_transform())
-    }}
-
-    fn validate(batch: &RecordBatch, _call: &CallInfo, errors: &mut RowErrors) {{
-        // Non-nullable columns the caller must give (`created_at` is filled
-        // by transform): `required` row errors, not a refusal by the engine.
-        for column in ["id", "customer", "amount_cents", "currency"] {{
-            for row in rows_where_null(batch, column) {{
-                errors.push(row, Some(column), "required", format!("{{column}} is required"));
-            }}
-        }}
-        if let Some(amounts) = batch.column_by_name("amount_cents") {{
-            for (row, amount) in amounts.as_primitive::<Int64Type>().iter().enumerate() {{
-                if let Some(a) = amount.filter(|a| *a < 0) {{
-                    errors.push(
-                        row,
-                        Some("amount_cents"),
-                        "min",
-                        format!("amount_cents must be at least 0, got {{a}}"),
-                    );
-                }}
-            }}
-        }}
-        if let Some(currencies) = batch.column_by_name("currency") {{
-            for (row, c) in currencies.as_string::<i32>().iter().enumerate() {{
-                if let Some(c) = c.filter(|c| !CURRENCIES.contains(c)) {{
-                    errors.push(
-                        row,
-                        Some("currency"),
-                        "one_of",
-                        format!("currency must be one of {{}}, got '{{c}}'", CURRENCIES.join(", ")),
-                    );
-                }}
-            }}
-        }}
-    }}
-
-    /// Fill `created_at` from the host's clock where it is absent or null.
-    /// Only the columns returned cross back; the host keeps the others.
-    fn transform(batch: RecordBatch, call: &CallInfo) -> Result<RecordBatch, RowErrors> {{
-        let rows = batch.num_rows();
-        defaults::derive(call.schema::<Self>()?, &batch, |name, given| {{
-            Ok(match name {{
-                "created_at" => Some(defaults::timestamp_us_or(
-                    given,
-                    rows,
-                    call.now_micros,
-                    Some("UTC"),
-                )),
-                _ => None,
-            }})
-        }})
-    }}
-}}
-
-// The component's exports exist only in the wasm32 build; natively this crate
-// is plain Rust, so `cargo test` runs the plugin's logic.
-#[cfg(target_arch = "wasm32")]
-export_plugin!({ty});
-
-#[cfg(test)]
-mod tests {{
-    use std::sync::Arc;
-
-    use lance_context_plugin::arrow_array::types::TimestampMicrosecondType;
-    use lance_context_plugin::arrow_array::{{Int64Array, StringArray}};
-
-    use super::*;
-
-    fn batch(amount: i64, currency: &str) -> RecordBatch {{
-        RecordBatch::try_new(
-            Arc::new(Schema::new(vec![
-                Field::new("id", DataType::Utf8, true),
-                Field::new("customer", DataType::Utf8, true),
-                Field::new("amount_cents", DataType::Int64, true),
-                Field::new("currency", DataType::Utf8, true),
-            ])),
-            vec![
-                Arc::new(StringArray::from(vec!["o1"])),
-                Arc::new(StringArray::from(vec!["c1"])),
-                Arc::new(Int64Array::from(vec![amount])),
-                Arc::new(StringArray::from(vec![currency])),
-            ],
-        )
-        .unwrap()
-    }}
-
-    #[test]
-    fn a_good_order_passes_and_gets_a_creation_time() {{
-        let call = CallInfo {{
-            now_micros: 1_700_000_000_000_000,
-            ..CallInfo::default()
-        }};
-        let mut errors = RowErrors::default();
-        {ty}::validate(&batch(1250, "EUR"), &call, &mut errors);
-        assert!(errors.is_empty(), "{{errors:?}}");
-        let derived = {ty}::transform(batch(1250, "EUR"), &call).unwrap();
-        let created = derived.column_by_name("created_at").unwrap();
-        assert_eq!(
-            created.as_primitive::<TimestampMicrosecondType>().value(0),
-            call.now_micros
-        );
-    }}
-
-    #[test]
-    fn a_negative_amount_and_an_unknown_currency_are_refused() {{
-        let mut errors = RowErrors::default();
-        {ty}::validate(&batch(-1, "XYZ"), &CallInfo::default(), &mut errors);
-        let codes: Vec<String> = errors.into_vec().into_iter().map(|e| e.code).collect();
-        assert_eq!(codes, ["min", "one_of"]);
-    }}
-}}
-"#
-    )
+    LIB_RS.replace("{schema}", &schema).replace("{ty}", &ty)
 }
 
 /// `my-orders` → `MyOrders`.

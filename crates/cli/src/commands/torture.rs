@@ -155,6 +155,10 @@ fn rows(keys: &[u64], value: i64, note_len: usize) -> Result<RecordBatch> {
     )?)
 }
 
+/// What an operation of the writer came to: the keys it wrote (or none),
+/// or the failure's kind and message.
+type OpResult = Result<String, (ErrorKind, String)>;
+
 /// The writer: a seeded schedule of operations, each reported as it begins
 /// (`B op kind`) and when acknowledged (`A op [keys]`), or as failed with its
 /// outcome unknown (`F op kind reason`).
@@ -173,98 +177,8 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
     };
     let named: NamedStore = open().await?;
     let mut rng = Rng(args.seed);
-    let say = |line: String| println!("{line}");
     for op in 1.. {
-        let pick = rng.below(100);
-        let (kind, result): (&str, Result<String, (ErrorKind, String)>) = match pick {
-            0..=59 => {
-                // An add of 1..160 rows over a key space of KEYS: most
-                // rewrite earlier keys. Adds over 64 rows span puts.
-                let n = 1 + rng.below(160);
-                let mut keys: Vec<u64> = (0..n).map(|_| rng.below(KEYS)).collect();
-                keys.sort_unstable();
-                keys.dedup();
-                let note = rng.below(300) as usize;
-                say(format!("B {op} add {}", join(&keys)));
-                let batch = rows(&keys, op as i64, note)?;
-                (
-                    "add",
-                    named
-                        .add(&batch)
-                        .await
-                        .map(|_| join(&keys))
-                        .map_err(|e| (pipeline_kind(&e), e.to_string())),
-                )
-            }
-            60..=74 => {
-                let n = 1 + rng.below(12);
-                let mut keys: Vec<u64> = (0..n).map(|_| rng.below(KEYS)).collect();
-                keys.sort_unstable();
-                keys.dedup();
-                say(format!("B {op} delete {}", join(&keys)));
-                let ids: Vec<String> = keys.iter().map(|k| format!("k{k:04}")).collect();
-                let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-                (
-                    "delete",
-                    named
-                        .delete(&refs)
-                        .await
-                        .map(|_| join(&keys))
-                        .map_err(store_error),
-                )
-            }
-            75..=89 => {
-                say(format!("B {op} merge"));
-                (
-                    "merge",
-                    named
-                        .merge()
-                        .await
-                        .map(|_| String::new())
-                        .map_err(store_error),
-                )
-            }
-            90..=92 => {
-                // Builds (or rebuilds) the vector index: its own commit.
-                say(format!("B {op} index"));
-                (
-                    "index",
-                    named
-                        .build_vector_index("e")
-                        .await
-                        .map(|_| String::new())
-                        .map_err(store_error),
-                )
-            }
-            93..=94 => {
-                // Removes old versions by the retention policy now.
-                say(format!("B {op} cleanup"));
-                (
-                    "cleanup",
-                    named
-                        .apply_retention()
-                        .await
-                        .map(|_| String::new())
-                        .map_err(store_error),
-                )
-            }
-            95..=97 => {
-                say(format!("B {op} compact"));
-                (
-                    "compact",
-                    named
-                        .compact()
-                        .await
-                        .map(|_| String::new())
-                        .map_err(store_error),
-                )
-            }
-            _ => {
-                say(format!("B {op} sleep"));
-                tokio::time::sleep(Duration::from_millis(rng.below(50))).await;
-                ("sleep", Ok(String::new()))
-            }
-        };
+        let (kind, result) = operation(&named, &mut rng, op).await?;
         match result {
             Ok(keys) => say(format!("A {op} {keys}")),
             Err((error_kind, message)) => {
@@ -286,6 +200,106 @@ pub async fn writer(args: WorkerArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A line of the writer's report.
+fn say(line: String) {
+    println!("{line}");
+}
+
+/// The writer's operation `op`, drawn from `rng`, reported as it begins:
+/// its kind and what it came to.
+async fn operation(named: &NamedStore, rng: &mut Rng, op: i32) -> Result<(&'static str, OpResult)> {
+    let pick = rng.below(100);
+    Ok(match pick {
+        0..=59 => {
+            // An add of 1..160 rows over a key space of KEYS: most
+            // rewrite earlier keys. Adds over 64 rows span puts.
+            let n = 1 + rng.below(160);
+            let mut keys: Vec<u64> = (0..n).map(|_| rng.below(KEYS)).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let note = rng.below(300) as usize;
+            say(format!("B {op} add {}", join(&keys)));
+            let batch = rows(&keys, op as i64, note)?;
+            (
+                "add",
+                named
+                    .add(&batch)
+                    .await
+                    .map(|_| join(&keys))
+                    .map_err(|e| (pipeline_kind(&e), e.to_string())),
+            )
+        }
+        60..=74 => {
+            let n = 1 + rng.below(12);
+            let mut keys: Vec<u64> = (0..n).map(|_| rng.below(KEYS)).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            say(format!("B {op} delete {}", join(&keys)));
+            let ids: Vec<String> = keys.iter().map(|k| format!("k{k:04}")).collect();
+            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            (
+                "delete",
+                named
+                    .delete(&refs)
+                    .await
+                    .map(|_| join(&keys))
+                    .map_err(store_error),
+            )
+        }
+        75..=89 => {
+            say(format!("B {op} merge"));
+            (
+                "merge",
+                named
+                    .merge()
+                    .await
+                    .map(|_| String::new())
+                    .map_err(store_error),
+            )
+        }
+        90..=92 => {
+            // Builds (or rebuilds) the vector index: its own commit.
+            say(format!("B {op} index"));
+            (
+                "index",
+                named
+                    .build_vector_index("e")
+                    .await
+                    .map(|_| String::new())
+                    .map_err(store_error),
+            )
+        }
+        93..=94 => {
+            // Removes old versions by the retention policy now.
+            say(format!("B {op} cleanup"));
+            (
+                "cleanup",
+                named
+                    .apply_retention()
+                    .await
+                    .map(|_| String::new())
+                    .map_err(store_error),
+            )
+        }
+        95..=97 => {
+            say(format!("B {op} compact"));
+            (
+                "compact",
+                named
+                    .compact()
+                    .await
+                    .map(|_| String::new())
+                    .map_err(store_error),
+            )
+        }
+        _ => {
+            say(format!("B {op} sleep"));
+            tokio::time::sleep(Duration::from_millis(rng.below(50))).await;
+            ("sleep", Ok(String::new()))
+        }
+    })
 }
 
 fn store_error(e: lance_context_store::Error) -> (ErrorKind, String) {
@@ -549,10 +563,7 @@ pub async fn run(args: TortureArgs) -> Result<()> {
     let storage = options(&args.storage_options);
     println!("torture: {} trials from seed {base}", args.trials);
     let started = Instant::now();
-    let mut windows: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut lost, mut resurrected, mut duplicated, mut failed) = (0, 0, 0, 0);
-    let (mut acknowledged, mut fenced, mut maintenance_runs) = (0, 0, 0);
-    let mut done = 0;
+    let mut totals = Totals::default();
     for trial in 0..args.trials {
         if args.max_seconds > 0
             && trial >= args.min_trials
@@ -561,140 +572,32 @@ pub async fn run(args: TortureArgs) -> Result<()> {
             break;
         }
         let seed = base.wrapping_add(trial as u64);
-        let mut rng = Rng(seed);
-        let root = dir.join(format!("trial-{trial}"));
-        let reg = registry(&root)?;
-        let mut create = CreateOptions::new(SchemaSource::Spec(SchemaSpec::from_json(SPEC)?));
-        if let Some(base_uri) = &args.uri_base {
-            create.uri = Some(format!("{}/{seed}", base_uri.trim_end_matches('/')));
-            create.storage_options = storage.clone();
-        }
-        reg.create(STORE, create).await?.close().await?;
-
-        let mut writer = spawn("torture-writer", &root, seed, &args.storage_options)?;
-        let with_maintainer = rng.below(10) < 7;
-        let mut maintainer = if with_maintainer {
-            Some(spawn(
-                "torture-maintainer",
-                &root,
-                seed,
-                &args.storage_options,
-            )?)
-        } else {
-            None
-        };
-        let maintenance = maintainer
-            .as_mut()
-            .and_then(|m| m.stdout.take())
-            .map(|out| {
-                std::thread::spawn(move || {
-                    BufReader::new(out)
-                        .lines()
-                        .map_while(|l| l.ok())
-                        .filter(|l| l == "M merge" || l == "M compact")
-                        .count()
-                })
-            });
-        let stdout = writer.stdout.take().context("writer stdout")?;
-        let reader = std::thread::spawn(move || {
-            let mut lines = Vec::new();
-            for line in BufReader::new(stdout).lines() {
-                match line {
-                    Ok(line) => lines.push(line),
-                    Err(_) => break,
-                }
-            }
-            lines
-        });
-        let run_for = Duration::from_millis(300 + rng.below(args.max_run_ms.max(301) - 300));
-        tokio::time::sleep(run_for).await;
-        // The maintainer is killed now and then too, mid-merge or not.
-        if let Some(m) = maintainer.as_mut()
-            && rng.below(3) == 0
-        {
-            let _ = m.kill();
-        }
-        let _ = writer.kill();
-        let status = writer.wait()?;
-        if let Some(mut m) = maintainer.take() {
-            let _ = m.kill();
-            let _ = m.wait();
-        }
-        let lines = reader.join().unwrap_or_default();
-        maintenance_runs += maintenance.map_or(0, |t| t.join().unwrap_or(0));
-        fenced += lines
-            .iter()
-            .filter(|l| l.starts_with("F ") && l.ends_with("Conflict"))
-            .count();
-        let mut log = Log::default();
-        for line in &lines {
-            log.read(line);
-        }
-        acknowledged += log.acked.len();
-        if let Some(stderr) = writer.stderr.take() {
-            let text: String = BufReader::new(stderr)
-                .lines()
-                .map_while(|l| l.ok())
-                .collect::<Vec<_>>()
-                .join("\n");
-            if text.contains("unexpected error") || text.contains("panicked") {
-                log.unexpected.push(text);
-            }
-        }
-        let window = log.window();
-        *windows.entry(window.clone()).or_default() += 1;
-        // A check that cannot read the store is a failed trial like any
-        // other (its seed printed, its data kept), not the end of the run.
-        let outcome = match check(&root, &storage, &log).await {
-            Ok(outcome) => outcome,
-            Err(e) => Outcome {
-                problems: vec![format!("the check after the kill failed: {e:#}")],
-                ..Outcome::default()
-            },
-        };
-        lost += outcome.lost;
-        resurrected += outcome.resurrected;
-        duplicated += outcome.duplicated;
-        done += 1;
-        let trial_failed =
-            !outcome.problems.is_empty() || !log.unexpected.is_empty() || status.success();
-        if trial_failed {
-            failed += 1;
-            println!(
-                "trial {trial} (seed {seed}, killed during {window}, {} ops, {} acknowledged): FAILED",
-                log.begun.len(),
-                log.acked.len()
-            );
-            for p in outcome.problems.iter().take(20) {
-                println!("  {p}");
-            }
-            for u in &log.unexpected {
-                println!(
-                    "  writer: {}",
-                    u.lines().take(10).collect::<Vec<_>>().join(" | ")
-                );
-            }
-        }
-        if args.dir.is_none() {
-            if trial_failed {
-                // The temporary directory goes with the run: keep what the
-                // failed trial left, for the post-mortem.
-                let kept = std::env::temp_dir().join(format!("lance-context-torture-{seed}"));
-                match std::fs::rename(&root, &kept) {
-                    Ok(()) => println!("  its data is kept in {}", kept.display()),
-                    Err(e) => println!("  its data could not be kept: {e}"),
-                }
-            }
-            let _ = std::fs::remove_dir_all(&root);
-        }
+        one_trial(&args, &dir, &storage, trial, seed, &mut totals).await?;
         // A long soak says how it goes (and leaves a result if it is stopped).
-        if done % 50 == 0 {
+        if totals.done % 50 == 0 {
             println!(
-                "progress: {done} trials in {:.0?}; {acknowledged} operations acknowledged; rows lost {lost}, deletes undone {resurrected}, keys duplicated {duplicated}, failed trials {failed}",
-                started.elapsed()
+                "progress: {} trials in {:.0?}; {} operations acknowledged; rows lost {}, deletes undone {}, keys duplicated {}, failed trials {}",
+                totals.done,
+                started.elapsed(),
+                totals.acknowledged,
+                totals.lost,
+                totals.resurrected,
+                totals.duplicated,
+                totals.failed
             );
         }
     }
+    let Totals {
+        windows,
+        lost,
+        resurrected,
+        duplicated,
+        failed,
+        acknowledged,
+        fenced,
+        maintenance_runs,
+        done,
+    } = totals;
     println!(
         "torture: {done} trials in {:.0?} from seed {base}; killed during: {}",
         started.elapsed(),
@@ -715,4 +618,185 @@ pub async fn run(args: TortureArgs) -> Result<()> {
         bail!("{failed} of {done} trials found a violation (seeds above)");
     }
     Ok(())
+}
+
+/// The trials' figures so far.
+#[derive(Debug, Default)]
+struct Totals {
+    /// Trials per window (what the writer was doing when killed).
+    windows: BTreeMap<String, usize>,
+    lost: usize,
+    resurrected: usize,
+    duplicated: usize,
+    failed: usize,
+    acknowledged: usize,
+    fenced: usize,
+    maintenance_runs: usize,
+    done: usize,
+}
+
+/// A trial's workers, killed: the writer (its stderr still to read), how it
+/// exited, the lines it reported, and the maintainer's completed runs.
+struct Killed {
+    writer: Child,
+    status: std::process::ExitStatus,
+    lines: Vec<String>,
+    maintenance_runs: usize,
+}
+
+/// Trial `trial` (seeded `seed`): create the store, run the workers, kill
+/// them, check the store; its figures added to `totals`.
+async fn one_trial(
+    args: &TortureArgs,
+    dir: &Path,
+    storage: &HashMap<String, String>,
+    trial: usize,
+    seed: u64,
+    totals: &mut Totals,
+) -> Result<()> {
+    let mut rng = Rng(seed);
+    let root = dir.join(format!("trial-{trial}"));
+    let reg = registry(&root)?;
+    let mut create = CreateOptions::new(SchemaSource::Spec(SchemaSpec::from_json(SPEC)?));
+    if let Some(base_uri) = &args.uri_base {
+        create.uri = Some(format!("{}/{seed}", base_uri.trim_end_matches('/')));
+        create.storage_options = storage.clone();
+    }
+    reg.create(STORE, create).await?.close().await?;
+
+    let Killed {
+        mut writer,
+        status,
+        lines,
+        maintenance_runs,
+    } = run_and_kill(args, &root, seed, &mut rng).await?;
+    totals.maintenance_runs += maintenance_runs;
+    totals.fenced += lines
+        .iter()
+        .filter(|l| l.starts_with("F ") && l.ends_with("Conflict"))
+        .count();
+    let mut log = Log::default();
+    for line in &lines {
+        log.read(line);
+    }
+    totals.acknowledged += log.acked.len();
+    if let Some(stderr) = writer.stderr.take() {
+        let text: String = BufReader::new(stderr)
+            .lines()
+            .map_while(|l| l.ok())
+            .collect::<Vec<_>>()
+            .join("\n");
+        if text.contains("unexpected error") || text.contains("panicked") {
+            log.unexpected.push(text);
+        }
+    }
+    let window = log.window();
+    *totals.windows.entry(window.clone()).or_default() += 1;
+    // A check that cannot read the store is a failed trial like any
+    // other (its seed printed, its data kept), not the end of the run.
+    let outcome = match check(&root, storage, &log).await {
+        Ok(outcome) => outcome,
+        Err(e) => Outcome {
+            problems: vec![format!("the check after the kill failed: {e:#}")],
+            ..Outcome::default()
+        },
+    };
+    totals.lost += outcome.lost;
+    totals.resurrected += outcome.resurrected;
+    totals.duplicated += outcome.duplicated;
+    totals.done += 1;
+    let trial_failed =
+        !outcome.problems.is_empty() || !log.unexpected.is_empty() || status.success();
+    if trial_failed {
+        totals.failed += 1;
+        println!(
+            "trial {trial} (seed {seed}, killed during {window}, {} ops, {} acknowledged): FAILED",
+            log.begun.len(),
+            log.acked.len()
+        );
+        for p in outcome.problems.iter().take(20) {
+            println!("  {p}");
+        }
+        for u in &log.unexpected {
+            println!(
+                "  writer: {}",
+                u.lines().take(10).collect::<Vec<_>>().join(" | ")
+            );
+        }
+    }
+    if args.dir.is_none() {
+        if trial_failed {
+            // The temporary directory goes with the run: keep what the
+            // failed trial left, for the post-mortem.
+            let kept = std::env::temp_dir().join(format!("lance-context-torture-{seed}"));
+            match std::fs::rename(&root, &kept) {
+                Ok(()) => println!("  its data is kept in {}", kept.display()),
+                Err(e) => println!("  its data could not be kept: {e}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    Ok(())
+}
+
+/// Start the writer (and, in most trials, a maintainer) on the store under
+/// `root`, let them run a random while, and kill them.
+async fn run_and_kill(args: &TortureArgs, root: &Path, seed: u64, rng: &mut Rng) -> Result<Killed> {
+    let mut writer = spawn("torture-writer", root, seed, &args.storage_options)?;
+    let with_maintainer = rng.below(10) < 7;
+    let mut maintainer = if with_maintainer {
+        Some(spawn(
+            "torture-maintainer",
+            root,
+            seed,
+            &args.storage_options,
+        )?)
+    } else {
+        None
+    };
+    let maintenance = maintainer
+        .as_mut()
+        .and_then(|m| m.stdout.take())
+        .map(|out| {
+            std::thread::spawn(move || {
+                BufReader::new(out)
+                    .lines()
+                    .map_while(|l| l.ok())
+                    .filter(|l| l == "M merge" || l == "M compact")
+                    .count()
+            })
+        });
+    let stdout = writer.stdout.take().context("writer stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            match line {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        lines
+    });
+    let run_for = Duration::from_millis(300 + rng.below(args.max_run_ms.max(301) - 300));
+    tokio::time::sleep(run_for).await;
+    // The maintainer is killed now and then too, mid-merge or not.
+    if let Some(m) = maintainer.as_mut()
+        && rng.below(3) == 0
+    {
+        let _ = m.kill();
+    }
+    let _ = writer.kill();
+    let status = writer.wait()?;
+    if let Some(mut m) = maintainer.take() {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+    let lines = reader.join().unwrap_or_default();
+    let maintenance_runs = maintenance.map_or(0, |t| t.join().unwrap_or(0));
+    Ok(Killed {
+        writer,
+        status,
+        lines,
+        maintenance_runs,
+    })
 }

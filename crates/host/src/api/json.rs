@@ -19,44 +19,7 @@ pub(crate) fn batch_from_json(
     lines: bool,
 ) -> Result<RecordBatch, ApiError> {
     if lines {
-        // JSON Lines go to the pipeline as they are (every bad line
-        // reported); errors name the body's line (blank lines count).
-        let text =
-            std::str::from_utf8(body).map_err(|_| ApiError::invalid("the body is not UTF-8"))?;
-        let line_of: Vec<usize> = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, _)| i + 1)
-            .collect();
-        if line_of.is_empty() {
-            return Err(ApiError::invalid("no records in the body"));
-        }
-        return rows_from_json(plugin, text.as_bytes()).map_err(|e| {
-            let line = |record: usize| line_of.get(record).copied().unwrap_or(0);
-            let first = match &e {
-                crate::PipelineError::InvalidInput { row: Some(row), .. } => Some(*row),
-                crate::PipelineError::InvalidRecords { problems, .. } => {
-                    problems.first().map(|p| p.row)
-                }
-                _ => None,
-            };
-            let mut err = ApiError::from(e);
-            if let Some(record) = first {
-                err.message = format!("line {}: {}", line(record), err.message);
-            }
-            if let Some(listed) = err.details["input_errors"].as_array_mut() {
-                for item in listed {
-                    if let Some(record) = item["record"].as_u64() {
-                        item["line"] = line(record as usize).into();
-                    }
-                }
-            }
-            if let Some(record) = err.details["record"].as_u64() {
-                err.details["line"] = line(record as usize).into();
-            }
-            err
-        });
+        return batch_from_lines(plugin, body);
     }
     let records: Vec<Value> = match crate::pipeline::parse_strict(body) {
         Ok(Value::Array(items)) => items,
@@ -111,6 +74,47 @@ pub(crate) fn batch_from_json(
         };
         let mut err = ApiError::from(e);
         err.message = format!("{at}{}", err.message);
+        err
+    })
+}
+
+/// [`batch_from_json`] of a JSON Lines body: errors name the body's line.
+fn batch_from_lines(plugin: &LoadedPlugin, body: &[u8]) -> Result<RecordBatch, ApiError> {
+    // JSON Lines go to the pipeline as they are (every bad line
+    // reported); errors name the body's line (blank lines count).
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid("the body is not UTF-8"))?;
+    let line_of: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, _)| i + 1)
+        .collect();
+    if line_of.is_empty() {
+        return Err(ApiError::invalid("no records in the body"));
+    }
+    rows_from_json(plugin, text.as_bytes()).map_err(|e| {
+        let line = |record: usize| line_of.get(record).copied().unwrap_or(0);
+        let first = match &e {
+            crate::PipelineError::InvalidInput { row: Some(row), .. } => Some(*row),
+            crate::PipelineError::InvalidRecords { problems, .. } => {
+                problems.first().map(|p| p.row)
+            }
+            _ => None,
+        };
+        let mut err = ApiError::from(e);
+        if let Some(record) = first {
+            err.message = format!("line {}: {}", line(record), err.message);
+        }
+        if let Some(listed) = err.details["input_errors"].as_array_mut() {
+            for item in listed {
+                if let Some(record) = item["record"].as_u64() {
+                    item["line"] = line(record as usize).into();
+                }
+            }
+        }
+        if let Some(record) = err.details["record"].as_u64() {
+            err.details["line"] = line(record as usize).into();
+        }
         err
     })
 }

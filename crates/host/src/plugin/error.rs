@@ -300,6 +300,7 @@ const MAX_PROBLEMS: usize = 100;
 impl PluginError {
     /// Every text field made safe to print (see [`plugin_text`]): applied to
     /// each error leaving the runtime, whatever produced its text.
+    // One match over every variant: the clearest form (kept over 100 lines).
     pub(crate) fn sanitized(self) -> Self {
         let t = |s: String| plugin_text(&s, MAX_ERROR_TEXT);
         let name = |s: String| plugin_text(&s, super::abi::MAX_NAME);

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use lance_context_store::{Location, Store, StoreConfig};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +23,7 @@ use super::{
     resolve_source, store_config, write_atomic,
 };
 use crate::Registry;
+use crate::plugin::PluginDeclaration;
 use crate::spec::{PREVIOUS_SPEC_METADATA, PRIMARY_KEY_METADATA, SchemaSpec};
 
 /// Most base-table rows checked for repeated keys (8 bytes each).
@@ -470,32 +471,7 @@ impl Registry {
     /// root, the registry or another store's data); dropping the store later
     /// deletes this dataset, as for any store.
     pub async fn adopt(&self, name: &str, options: AdoptOptions) -> Result<AdoptReport> {
-        super::check_name(name)?;
-        let uri = super::absolute_uri(&options.uri)?;
-        self.check_new_location(name, &uri)?;
-        if self.entry_path(name).exists() {
-            return Err(RegistryError::AlreadyExists {
-                name: name.to_string(),
-            });
-        }
-        let mut probe_config = StoreConfig::new(&uri);
-        probe_config.storage_options = options.storage_options.clone();
-        if Store::probe(&probe_config).await? != Location::Dataset {
-            return Err(lance_context_store::Error::NotFound {
-                what: format!("a Lance dataset at {uri} (nothing to adopt there)"),
-            }
-            .into());
-        }
-        // A live store of another data root (its registry's note says so):
-        // adopting it would take its writer over, and a drop here delete it.
-        if let Some(reason) = self.other_owner(&probe_config, &uri).await? {
-            return Err(RegistryError::UriRefused {
-                name: name.to_string(),
-                uri,
-                reason,
-            });
-        }
-        let stored = Store::dataset_schema(&probe_config).await?;
+        let (uri, stored) = self.adoptable(name, &options).await?;
 
         let (source, params, inferred_from) = choose_schema(name, &uri, &options, &stored)?;
         let resolved: Resolved = resolve_source(&source, &params)?;
@@ -506,35 +482,14 @@ impl Registry {
         // Keys repeated in the base table (nothing kept them unique in a
         // dataset plain Lance wrote); checked once the columns fit.
         let duplicates = match columns_fit {
-            true => {
-                let mut check = StoreConfig::new(&uri).with_key_column(&declared.spec.key);
-                check.storage_options = options.storage_options.clone();
-                Store::duplicate_keys(&check, 10, MAX_ROWS_CHECKED).await?
-            }
+            true => duplicate_keys(&uri, &declared.spec.key, &options).await?,
             false => Some(Vec::new()),
         };
         let duplicates_checked = duplicates.is_some();
         let duplicate_keys = duplicates.unwrap_or_default();
         let compatible = columns_fit && duplicate_keys.is_empty();
 
-        let mut keys: Vec<String> = options.storage_options.keys().cloned().collect();
-        keys.sort();
-        let mut entry = StoreEntry {
-            name: name.to_string(),
-            state: EntryState::Creating,
-            uri: uri.clone(),
-            storage_option_keys: keys,
-            plugin: PluginPin {
-                name: declared.name.clone(),
-                version: declared.version.clone(),
-                sha256: declared.sha256.clone(),
-                source: resolved.source.clone(),
-            },
-            spec: declared.spec.clone(),
-            params: resolved.params.clone(),
-            created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            adopted: true,
-        };
+        let mut entry = adopted_entry(name, &uri, &options, &declared, &resolved);
         let config = store_config(&entry, &plugin, &options.storage_options);
         let mut report = AdoptReport {
             store: name.to_string(),
@@ -560,28 +515,10 @@ impl Registry {
                 report: Box::new(report),
             });
         }
-        // What a reader sees now (no claim: a running old writer is not
-        // disturbed by a dry run).
-        let reader = Store::open_read_only(config.clone()).await?;
-        report.shards = reader
-            .wal_status()
-            .await?
-            .unmerged_generations
-            .into_iter()
-            .map(|(shard, unmerged)| ShardReport {
-                shard: shard.to_string(),
-                unmerged_generations: unmerged,
-            })
-            .collect();
-        // Counted by a scan (a filter that holds for every row), which
-        // keeps no count in the dataset: a dry run writes nothing.
-        let every_row = format!("{} IS NOT NULL", declared.spec.key);
-        report.rows_before = reader.count(Some(&every_row)).await?;
+        survey(config.clone(), &declared.spec.key, &mut report).await?;
         if options.dry_run {
-            report.supersession_links = reader.link_superseded(false).await?;
             return Ok(report);
         }
-        drop(reader);
 
         // Claim the name and pin the plugin (as a create does), then open.
         let _name = self.name_lock(name).await?;
@@ -610,4 +547,104 @@ impl Registry {
             }
         }
     }
+
+    /// Check that `options.uri` may be adopted as store `name`: a free name,
+    /// a location a create could use, a Lance dataset there that no other
+    /// data root's live store owns. Its absolute URI and schema.
+    async fn adoptable(&self, name: &str, options: &AdoptOptions) -> Result<(String, SchemaRef)> {
+        super::check_name(name)?;
+        let uri = super::absolute_uri(&options.uri)?;
+        self.check_new_location(name, &uri)?;
+        if self.entry_path(name).exists() {
+            return Err(RegistryError::AlreadyExists {
+                name: name.to_string(),
+            });
+        }
+        let mut probe_config = StoreConfig::new(&uri);
+        probe_config.storage_options = options.storage_options.clone();
+        if Store::probe(&probe_config).await? != Location::Dataset {
+            return Err(lance_context_store::Error::NotFound {
+                what: format!("a Lance dataset at {uri} (nothing to adopt there)"),
+            }
+            .into());
+        }
+        // A live store of another data root (its registry's note says so):
+        // adopting it would take its writer over, and a drop here delete it.
+        if let Some(reason) = self.other_owner(&probe_config, &uri).await? {
+            return Err(RegistryError::UriRefused {
+                name: name.to_string(),
+                uri,
+                reason,
+            });
+        }
+        let stored = Store::dataset_schema(&probe_config).await?;
+        Ok((uri, stored))
+    }
+}
+
+/// Keys the base table at `uri` holds more than once (at most 10), or
+/// `None` when it is too large to check.
+async fn duplicate_keys(
+    uri: &str,
+    key: &str,
+    options: &AdoptOptions,
+) -> Result<Option<Vec<String>>> {
+    let mut check = StoreConfig::new(uri).with_key_column(key);
+    check.storage_options = options.storage_options.clone();
+    Ok(Store::duplicate_keys(&check, 10, MAX_ROWS_CHECKED).await?)
+}
+
+/// The registry entry of an adopted store, still `Creating`.
+fn adopted_entry(
+    name: &str,
+    uri: &str,
+    options: &AdoptOptions,
+    declared: &PluginDeclaration,
+    resolved: &Resolved,
+) -> StoreEntry {
+    let mut keys: Vec<String> = options.storage_options.keys().cloned().collect();
+    keys.sort();
+    StoreEntry {
+        name: name.to_string(),
+        state: EntryState::Creating,
+        uri: uri.to_string(),
+        storage_option_keys: keys,
+        plugin: PluginPin {
+            name: declared.name.clone(),
+            version: declared.version.clone(),
+            sha256: declared.sha256.clone(),
+            source: resolved.source.clone(),
+        },
+        spec: declared.spec.clone(),
+        params: resolved.params.clone(),
+        created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        adopted: true,
+    }
+}
+
+/// Fill `report` with what a reader sees now: the old shards' unmerged
+/// generations, the rows, and on a dry run the back-links the writer would
+/// write.
+async fn survey(config: StoreConfig, key: &str, report: &mut AdoptReport) -> Result<()> {
+    // What a reader sees now (no claim: a running old writer is not
+    // disturbed by a dry run).
+    let reader = Store::open_read_only(config).await?;
+    report.shards = reader
+        .wal_status()
+        .await?
+        .unmerged_generations
+        .into_iter()
+        .map(|(shard, unmerged)| ShardReport {
+            shard: shard.to_string(),
+            unmerged_generations: unmerged,
+        })
+        .collect();
+    // Counted by a scan (a filter that holds for every row), which
+    // keeps no count in the dataset: a dry run writes nothing.
+    let every_row = format!("{key} IS NOT NULL");
+    report.rows_before = reader.count(Some(&every_row)).await?;
+    if report.dry_run {
+        report.supersession_links = reader.link_superseded(false).await?;
+    }
+    Ok(())
 }
