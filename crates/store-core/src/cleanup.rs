@@ -160,32 +160,7 @@ pub(crate) async fn cleanup_shard(
     //    once: readers skip them by the base's marker, and a reader still on
     //    an older base finds the list starting past its marker (a gap) and
     //    reads the newer base. Their files stay for the grace.
-    if let Some(writer) = ctx.writer
-        && writer.check_latch().is_ok()
-    {
-        let (manifest_store, epoch, manifest) = writer.manifest_access().await?;
-        if let Some(manifest) = manifest {
-            let droppable: HashSet<u64> = manifest
-                .sstables
-                .iter()
-                .map(|s| s.generation)
-                .filter(|g| *g <= marker)
-                .collect();
-            if !droppable.is_empty() {
-                manifest_store
-                    .commit_update(epoch, |current| {
-                        let mut next = current.clone();
-                        next.version = current.next_version();
-                        next.sstables.retain(|s| !droppable.contains(&s.generation));
-                        next
-                    })
-                    .await
-                    .map_err(|e| {
-                        Error::from_lance("dropping merged generations", Some(ctx.shard), e)
-                    })?;
-            }
-        }
-    }
+    drop_merged_from_manifest(ctx, marker).await?;
     ctx.failpoint(MergeFailpoint::DuringCleanup)?;
 
     // 2. Directories of merged generations, once due.
@@ -239,6 +214,39 @@ pub(crate) async fn cleanup_shard(
                 ctx.settings.manifest_prune_age,
             )
             .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The owner's step of cleanup: drop the generations at or below `marker`
+/// from the shard manifest's list (nothing when this handle holds no writer
+/// of the shard, or its writer's latch is set: fenced or recovering).
+async fn drop_merged_from_manifest(ctx: &MergeContext<'_>, marker: u64) -> Result<()> {
+    if let Some(writer) = ctx.writer
+        && writer.check_latch().is_ok()
+    {
+        let (manifest_store, epoch, manifest) = writer.manifest_access().await?;
+        if let Some(manifest) = manifest {
+            let droppable: HashSet<u64> = manifest
+                .sstables
+                .iter()
+                .map(|s| s.generation)
+                .filter(|g| *g <= marker)
+                .collect();
+            if !droppable.is_empty() {
+                manifest_store
+                    .commit_update(epoch, |current| {
+                        let mut next = current.clone();
+                        next.version = current.next_version();
+                        next.sstables.retain(|s| !droppable.contains(&s.generation));
+                        next
+                    })
+                    .await
+                    .map_err(|e| {
+                        Error::from_lance("dropping merged generations", Some(ctx.shard), e)
+                    })?;
+            }
         }
     }
     Ok(())

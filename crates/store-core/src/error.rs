@@ -199,6 +199,7 @@ impl BatchProblem {
 }
 
 impl fmt::Display for BatchProblem {
+    // One match over every variant: the clearest form (kept over 100 lines).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::EmptyBatch => write!(f, "the batch has no rows"),

@@ -298,22 +298,7 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
     let marker = recorded_marker(&dataset, ctx.shard).await?;
     stats.merged_up_to = marker;
     let manifest = latest_manifest(&dataset, ctx.shard).await?;
-    let mut sstables: Vec<SsTable> = manifest
-        .as_ref()
-        .map(|m| {
-            m.sstables
-                .iter()
-                .filter(|s| marker.is_none_or(|g| s.generation > g))
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
-    sstables.sort_by_key(|s| s.generation);
-    let mut pending = Vec::with_capacity(sstables.len());
-    for sstable in sstables {
-        let kind = generation_kind(ctx, &dataset, &sstable).await?;
-        pending.push(Pending { sstable, kind });
-    }
+    let pending = pending_generations(ctx, &dataset, marker, manifest.as_ref()).await?;
     // Passes are cut by the sizes the writer recorded, scaled by how much
     // more the decoded rows of the passes so far took (about 1.5× here);
     // before the first pass, a guess of 2×.
@@ -387,6 +372,32 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
     Ok(stats)
 }
 
+/// The generations of `manifest` above `marker`, oldest first, each with
+/// what it holds.
+async fn pending_generations(
+    ctx: &MergeContext<'_>,
+    dataset: &Dataset,
+    marker: Option<u64>,
+    manifest: Option<&ShardManifest>,
+) -> Result<Vec<Pending>> {
+    let mut sstables: Vec<SsTable> = manifest
+        .map(|m| {
+            m.sstables
+                .iter()
+                .filter(|s| marker.is_none_or(|g| s.generation > g))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    sstables.sort_by_key(|s| s.generation);
+    let mut pending = Vec::with_capacity(sstables.len());
+    for sstable in sstables {
+        let kind = generation_kind(ctx, dataset, &sstable).await?;
+        pending.push(Pending { sstable, kind });
+    }
+    Ok(pending)
+}
+
 /// Whether a generation holds live rows, tombstones, or both.
 async fn generation_kind(ctx: &MergeContext<'_>, dataset: &Dataset, s: &SsTable) -> Result<Kind> {
     let generation = ctx
@@ -444,47 +455,8 @@ async fn merge_pass(
     {
         return Err(stale(ctx.shard, first, recorded));
     }
-    let mut snapshot = ShardSnapshot::new(ctx.shard);
-    if let Some(m) = manifest {
-        snapshot = snapshot
-            .with_spec_id(m.shard_spec_id)
-            .with_current_generation(m.current_generation);
-    }
-    for p in pass {
-        snapshot = snapshot.with_sstable(p.sstable.generation, p.sstable.path.clone());
-    }
-    let schema: SchemaRef = Arc::new(Schema::from(dataset.schema()));
-    let identity: SchemaRef = Arc::new(arrow_schema_with_field_ids(dataset.schema()));
-    let rows: Vec<RecordBatch> = LsmScanner::without_base_table(
-        schema,
-        dataset.uri().to_string(),
-        vec![snapshot],
-        vec![ctx.key.to_string()],
-    )
-    .with_identity_schema(identity)
-    .with_store_params(ctx.store_params.clone())
-    .with_session(dataset.session())
-    .with_sstable_cache(ctx.generations.clone())
-    .try_into_stream()
-    .await
-    .ctx("reading the WAL range")?
-    .try_collect()
-    .await
-    .map_err(|e| Error::from_datafusion("reading the WAL range", e))?;
-    let rows: Vec<RecordBatch> = rows.into_iter().filter(|b| b.num_rows() > 0).collect();
-    let live: HashSet<String> = rows
-        .iter()
-        .filter_map(|b| b.column_by_name(ctx.key))
-        .filter_map(|c| c.as_any().downcast_ref::<StringArray>())
-        .flat_map(|a| a.iter().flatten().map(str::to_string).collect::<Vec<_>>())
-        .collect();
-    let mut deletes: Vec<String> = Vec::new();
-    for p in pass.iter().filter(|p| p.kind != Kind::Rows) {
-        deletes.extend(tombstoned_keys(ctx, &dataset, &p.sstable).await?);
-    }
-    deletes.sort();
-    deletes.dedup();
-    deletes.retain(|k| !live.contains(k));
+    let rows = read_pass(ctx, &dataset, pass, manifest).await?;
+    let deletes = pass_deletes(ctx, &dataset, pass, &rows).await?;
     let held: usize = rows
         .iter()
         .map(RecordBatch::get_array_memory_size)
@@ -548,6 +520,68 @@ async fn merge_pass(
     stats.keys_deleted += merge_stats.num_deleted_rows;
     stats.passes += 1;
     Ok((merged, held))
+}
+
+/// The newest version of each key in `pass`'s generations, read through
+/// the LSM scanner without the base table (empty batches left out).
+async fn read_pass(
+    ctx: &MergeContext<'_>,
+    dataset: &Dataset,
+    pass: &[Pending],
+    manifest: Option<&ShardManifest>,
+) -> Result<Vec<RecordBatch>> {
+    let mut snapshot = ShardSnapshot::new(ctx.shard);
+    if let Some(m) = manifest {
+        snapshot = snapshot
+            .with_spec_id(m.shard_spec_id)
+            .with_current_generation(m.current_generation);
+    }
+    for p in pass {
+        snapshot = snapshot.with_sstable(p.sstable.generation, p.sstable.path.clone());
+    }
+    let schema: SchemaRef = Arc::new(Schema::from(dataset.schema()));
+    let identity: SchemaRef = Arc::new(arrow_schema_with_field_ids(dataset.schema()));
+    let rows: Vec<RecordBatch> = LsmScanner::without_base_table(
+        schema,
+        dataset.uri().to_string(),
+        vec![snapshot],
+        vec![ctx.key.to_string()],
+    )
+    .with_identity_schema(identity)
+    .with_store_params(ctx.store_params.clone())
+    .with_session(dataset.session())
+    .with_sstable_cache(ctx.generations.clone())
+    .try_into_stream()
+    .await
+    .ctx("reading the WAL range")?
+    .try_collect()
+    .await
+    .map_err(|e| Error::from_datafusion("reading the WAL range", e))?;
+    Ok(rows.into_iter().filter(|b| b.num_rows() > 0).collect())
+}
+
+/// The keys `pass` deletes: tombstoned in its generations, sorted, without
+/// those with a live version in the pass (`rows`).
+async fn pass_deletes(
+    ctx: &MergeContext<'_>,
+    dataset: &Dataset,
+    pass: &[Pending],
+    rows: &[RecordBatch],
+) -> Result<Vec<String>> {
+    let live: HashSet<String> = rows
+        .iter()
+        .filter_map(|b| b.column_by_name(ctx.key))
+        .filter_map(|c| c.as_any().downcast_ref::<StringArray>())
+        .flat_map(|a| a.iter().flatten().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let mut deletes: Vec<String> = Vec::new();
+    for p in pass.iter().filter(|p| p.kind != Kind::Rows) {
+        deletes.extend(tombstoned_keys(ctx, dataset, &p.sstable).await?);
+    }
+    deletes.sort();
+    deletes.dedup();
+    deletes.retain(|k| !live.contains(k));
+    Ok(deletes)
 }
 
 fn stale(shard: Uuid, first: u64, recorded: u64) -> Error {

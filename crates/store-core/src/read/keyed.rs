@@ -277,52 +277,8 @@ impl HeldGenerations {
                 })
             })
             .collect();
-        let slots: Vec<Slot> = {
-            let mut held = self.lock();
-            let names: HashSet<&str> = listed.iter().map(|l| l.4.as_str()).collect();
-            if !held.refused.is_empty() && held.refused.iter().all(|n| names.contains(n.as_str())) {
-                return Ok(None);
-            }
-            held.refused.clear();
-            // Drop what this view, or a newer one, showed merged (at or
-            // below its shard's marker).
-            let Held {
-                entries,
-                written,
-                merged,
-                ..
-            } = &mut *held;
-            for s in &view.shards {
-                let m = merged.entry(s.snapshot.shard_id).or_default();
-                *m = (*m).max(s.merged_up_to);
-            }
-            let is_merged = |shard: &uuid::Uuid, g: u64| merged.get(shard).is_some_and(|&m| g <= m);
-            entries.retain(|_, e| !is_merged(&e.shard, e.generation));
-            written.retain(|w| !is_merged(&w.shard, w.generation));
-            listed
-                .iter()
-                .map(|(i, shard, generation, dir, name)| {
-                    // An older view lists it, a newer one showed it merged:
-                    // read for this read alone, not held.
-                    if is_merged(shard, *generation) {
-                        return Slot::default();
-                    }
-                    let entry = entries.entry(name.clone()).or_insert_with(|| Entry {
-                        shard: *shard,
-                        generation: *generation,
-                        slot: Slot::default(),
-                    });
-                    // What this handle wrote as that generation, when the
-                    // listing counts as many rows.
-                    if let Some(at) = written.iter().position(|w| w.is(*shard, *generation)) {
-                        let w = written.remove(at);
-                        if w.fits(view.shards[*i].sstable_rows.get(*dir).copied()) {
-                            let _ = entry.slot.set(w.held);
-                        }
-                    }
-                    entry.slot.clone()
-                })
-                .collect()
+        let Some(slots) = self.slots(view, &listed) else {
+            return Ok(None);
         };
         #[cfg(feature = "failpoints")]
         self.loads.fetch_add(
@@ -359,6 +315,63 @@ impl HeldGenerations {
             by_shard[*shard].push(generation);
         }
         Ok(Some(by_shard))
+    }
+
+    /// The slot of each generation `listed` (index of the shard in `view`,
+    /// shard, generation, directory, name), under the lock: what `view` shows
+    /// merged is dropped first, and what this handle wrote is moved into its
+    /// slot. `None` when loading the same generations was refused already.
+    fn slots(
+        &self,
+        view: &ReadView,
+        listed: &[(usize, uuid::Uuid, u64, &str, String)],
+    ) -> Option<Vec<Slot>> {
+        let mut held = self.lock();
+        let names: HashSet<&str> = listed.iter().map(|l| l.4.as_str()).collect();
+        if !held.refused.is_empty() && held.refused.iter().all(|n| names.contains(n.as_str())) {
+            return None;
+        }
+        held.refused.clear();
+        // Drop what this view, or a newer one, showed merged (at or
+        // below its shard's marker).
+        let Held {
+            entries,
+            written,
+            merged,
+            ..
+        } = &mut *held;
+        for s in &view.shards {
+            let m = merged.entry(s.snapshot.shard_id).or_default();
+            *m = (*m).max(s.merged_up_to);
+        }
+        let is_merged = |shard: &uuid::Uuid, g: u64| merged.get(shard).is_some_and(|&m| g <= m);
+        entries.retain(|_, e| !is_merged(&e.shard, e.generation));
+        written.retain(|w| !is_merged(&w.shard, w.generation));
+        let slots: Vec<Slot> = listed
+            .iter()
+            .map(|(i, shard, generation, dir, name)| {
+                // An older view lists it, a newer one showed it merged:
+                // read for this read alone, not held.
+                if is_merged(shard, *generation) {
+                    return Slot::default();
+                }
+                let entry = entries.entry(name.clone()).or_insert_with(|| Entry {
+                    shard: *shard,
+                    generation: *generation,
+                    slot: Slot::default(),
+                });
+                // What this handle wrote as that generation, when the
+                // listing counts as many rows.
+                if let Some(at) = written.iter().position(|w| w.is(*shard, *generation)) {
+                    let w = written.remove(at);
+                    if w.fits(view.shards[*i].sstable_rows.get(*dir).copied()) {
+                        let _ = entry.slot.set(w.held);
+                    }
+                }
+                entry.slot.clone()
+            })
+            .collect();
+        Some(slots)
     }
 
     /// Bytes (as their writers measured them) of `view`'s generations not
@@ -571,11 +584,54 @@ pub(crate) async fn keyed_rows(
     if stored_missing {
         return Ok(None);
     }
+    let Some(mut parts) = generation_parts(&generations, column, key, values, hide, &out_schema)?
+    else {
+        return Ok(None);
+    };
+
+    // The base table's matching rows that no generation rewrote.
+    for batch in base_rows(view, column, values, hide, columns, key, held).await? {
+        let keys = strings(&batch, key)?;
+        let keep: BooleanArray = (0..batch.num_rows())
+            .map(|row| {
+                Some(keys.value_if(row).is_some_and(|k| {
+                    generations
+                        .iter()
+                        .flatten()
+                        .all(|generation| !generation.at.contains_key(k))
+                }))
+            })
+            .collect();
+        let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
+        if batch.num_rows() > 0 {
+            let Some(part) = shaped(&batch, &out_schema, "base") else {
+                return Ok(None);
+            };
+            parts.push(part);
+        }
+    }
+    Ok(Some(arrow_select::concat::concat_batches(
+        &out_schema,
+        &parts,
+    )?))
+}
+
+/// The newest versions in `generations` (each shard's, newest first) whose
+/// `column` is one of `values` and that `hide` leaves visible, shaped to
+/// `out_schema`; `None` when a generation's rows do not fit it.
+fn generation_parts(
+    generations: &[Vec<Arc<HeldGeneration>>],
+    column: &str,
+    key: &str,
+    values: &[&str],
+    hide: Option<&Expr>,
+    out_schema: &Arc<Schema>,
+) -> Result<Option<Vec<RecordBatch>>> {
     let wanted: HashSet<&str> = values.iter().copied().collect();
     let mut parts: Vec<RecordBatch> = Vec::new();
 
     // The generations' newest versions that match.
-    for shard in &generations {
+    for shard in generations {
         for (i, generation) in shard.iter().enumerate() {
             let keys = strings(&generation.rows, key)?;
             let matched: Vec<u32> = if column == key {
@@ -612,39 +668,14 @@ pub(crate) async fn keyed_rows(
                 None => rows,
             };
             if rows.num_rows() > 0 {
-                let Some(part) = shaped(&rows, &out_schema, "generation") else {
+                let Some(part) = shaped(&rows, out_schema, "generation") else {
                     return Ok(None);
                 };
                 parts.push(part);
             }
         }
     }
-
-    // The base table's matching rows that no generation rewrote.
-    for batch in base_rows(view, column, values, hide, columns, key, held).await? {
-        let keys = strings(&batch, key)?;
-        let keep: BooleanArray = (0..batch.num_rows())
-            .map(|row| {
-                Some(keys.value_if(row).is_some_and(|k| {
-                    generations
-                        .iter()
-                        .flatten()
-                        .all(|generation| !generation.at.contains_key(k))
-                }))
-            })
-            .collect();
-        let batch = arrow_select::filter::filter_record_batch(&batch, &keep)?;
-        if batch.num_rows() > 0 {
-            let Some(part) = shaped(&batch, &out_schema, "base") else {
-                return Ok(None);
-            };
-            parts.push(part);
-        }
-    }
-    Ok(Some(arrow_select::concat::concat_batches(
-        &out_schema,
-        &parts,
-    )?))
+    Ok(Some(parts))
 }
 
 /// The base table's rows whose `column` is one of `values` and that `hide`

@@ -375,44 +375,7 @@ pub(crate) async fn tally(
                         .collect(),
                 ),
             };
-            let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
-            let mut columns = vec![key];
-            if has_tombstones {
-                columns.push(TOMBSTONE);
-            }
-            let mut scan = generation.scan();
-            scan.project(&columns).ctx("projecting the key")?;
-            let mut stream = scan.try_into_stream().await.ctx("reading a generation")?;
-            while let Some(batch) = stream.try_next().await.ctx("reading a generation")? {
-                let keys = batch
-                    .column_by_name(key)
-                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                    .ok_or_else(|| Error::internal("a generation lacks the key column"))?;
-                let deleted = batch
-                    .column_by_name(TOMBSTONE)
-                    .and_then(|c| c.as_any().downcast_ref::<arrow_array::BooleanArray>());
-                for row in 0..batch.num_rows() {
-                    if keys.is_null(row) {
-                        continue;
-                    }
-                    let k = keys.value(row);
-                    if newest.contains_key(k) {
-                        continue;
-                    }
-                    let entry = if deleted.is_some_and(|d| d.is_valid(row) && d.value(row)) {
-                        (false, None)
-                    } else {
-                        match &shown {
-                            None => (true, None),
-                            Some(shown) => match shown.get(k) {
-                                Some(expires) => (true, *expires),
-                                None => (false, None),
-                            },
-                        }
-                    };
-                    newest.insert(k.to_string(), entry);
-                }
-            }
+            note_newest(&generation, key, shown.as_ref(), &mut newest).await?;
         }
     }
     if newest.is_empty() {
@@ -444,6 +407,57 @@ pub(crate) async fn tally(
         added,
         removed,
     }))
+}
+
+/// Note in `newest` each key of `generation` (newest generation first) that
+/// no newer generation holds: whether its version counts — not deleted, and
+/// with `shown` (the keys the visibility rule shows, with their expiries)
+/// among those — and its expiry.
+async fn note_newest(
+    generation: &Dataset,
+    key: &str,
+    shown: Option<&HashMap<String, Option<i64>>>,
+    newest: &mut HashMap<String, (bool, Option<i64>)>,
+) -> Result<()> {
+    let has_tombstones = generation.schema().field(TOMBSTONE).is_some();
+    let mut columns = vec![key];
+    if has_tombstones {
+        columns.push(TOMBSTONE);
+    }
+    let mut scan = generation.scan();
+    scan.project(&columns).ctx("projecting the key")?;
+    let mut stream = scan.try_into_stream().await.ctx("reading a generation")?;
+    while let Some(batch) = stream.try_next().await.ctx("reading a generation")? {
+        let keys = batch
+            .column_by_name(key)
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| Error::internal("a generation lacks the key column"))?;
+        let deleted = batch
+            .column_by_name(TOMBSTONE)
+            .and_then(|c| c.as_any().downcast_ref::<arrow_array::BooleanArray>());
+        for row in 0..batch.num_rows() {
+            if keys.is_null(row) {
+                continue;
+            }
+            let k = keys.value(row);
+            if newest.contains_key(k) {
+                continue;
+            }
+            let entry = if deleted.is_some_and(|d| d.is_valid(row) && d.value(row)) {
+                (false, None)
+            } else {
+                match shown {
+                    None => (true, None),
+                    Some(shown) => match shown.get(k) {
+                        Some(expires) => (true, *expires),
+                        None => (false, None),
+                    },
+                }
+            };
+            newest.insert(k.to_string(), entry);
+        }
+    }
+    Ok(())
 }
 
 /// The rows of `dataset` matching `filter`: the key, and with `expiry`,

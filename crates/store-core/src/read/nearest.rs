@@ -99,60 +99,138 @@ pub(crate) async fn nearest(
         .filter(|s| s.unmerged > 0)
         .map(|s| s.snapshot.clone())
         .collect();
-    let fresh_scanner = || {
+    let search = VectorSearch {
+        view,
+        schemas,
+        declared,
+        query,
+        store_params,
+        metric,
+        filter,
+        columns,
+        fresh_snapshots,
+    };
+    let mut ranked = search.fresh_ranked().await?;
+
+    // Base table, through its index, without rows the fresh tier shadows.
+    ranked.extend(search.base_ranked().await?);
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    ranked.truncate(query.k);
+    let distances: Vec<f32> = ranked.iter().map(|r| r.0).collect();
+    let rows: Vec<RecordBatch> = ranked.into_iter().map(|r| r.2).collect();
+    with_distance(concat_batches(&out_schema, &rows)?, distances)
+}
+
+/// One vector search's inputs, shared by its reads of the two tiers.
+struct VectorSearch<'a> {
+    view: &'a ReadView,
+    schemas: &'a Schemas,
+    declared: &'a VectorColumn,
+    query: &'a VectorQuery,
+    store_params: &'a lance::io::ObjectStoreParams,
+    metric: DistanceType,
+    /// The caller's filter and the visibility rule.
+    filter: Option<Expr>,
+    /// The readable columns.
+    columns: Vec<String>,
+    /// The shards with unmerged rows.
+    fresh_snapshots: Vec<ShardSnapshot>,
+}
+
+impl VectorSearch<'_> {
+    /// A scanner of the unmerged tier alone.
+    fn fresh_scanner(&self) -> LsmScanner {
+        let (view, schemas) = (self.view, self.schemas);
         LsmScanner::without_base_table(
             schemas.stored.clone(),
             view.dataset.uri().to_string(),
-            fresh_snapshots.clone(),
+            self.fresh_snapshots.clone(),
             vec![schemas.key.clone()],
         )
         .with_identity_schema(Arc::new(arrow_schema_with_field_ids(view.dataset.schema())))
-        .with_store_params(store_params.clone())
+        .with_store_params(self.store_params.clone())
         .with_session(view.dataset.session())
         .with_sstable_cache(view.generations.clone())
-    };
-    let mut ranked: Vec<(f32, String, RecordBatch)> = Vec::new();
-    if !fresh_snapshots.is_empty() {
-        let mut scanner = fresh_scanner()
-            .project(&columns)
-            .map_err(|e| Error::from_lance("projecting", None, e))?;
-        if let Some(expr) = &filter {
-            scanner = scanner.filter_expr(expr.clone());
+    }
+
+    /// The fresh tier's `k` nearest rows (the filter's), ranked exactly.
+    async fn fresh_ranked(&self) -> Result<Vec<(f32, String, RecordBatch)>> {
+        let (schemas, declared, query) = (self.schemas, self.declared, self.query);
+        let mut ranked: Vec<(f32, String, RecordBatch)> = Vec::new();
+        if !self.fresh_snapshots.is_empty() {
+            let mut scanner = self
+                .fresh_scanner()
+                .project(&self.columns)
+                .map_err(|e| Error::from_lance("projecting", None, e))?;
+            if let Some(expr) = &self.filter {
+                scanner = scanner.filter_expr(expr.clone());
+            }
+            let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
+            while let Some(batch) = stream
+                .try_next()
+                .await
+                .map_err(|e| Error::from_datafusion("reading generations", e))?
+            {
+                let batch = schemas.conform_for_read(&batch, None)?;
+                rank_rows(
+                    &batch,
+                    &schemas.key,
+                    &declared.column,
+                    &query.vector,
+                    self.metric,
+                    &mut ranked,
+                )?;
+                ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+                ranked.truncate(query.k);
+            }
         }
-        let mut stream = scanner.try_into_stream().await.ctx("reading generations")?;
-        while let Some(batch) = stream
-            .try_next()
-            .await
-            .map_err(|e| Error::from_datafusion("reading generations", e))?
-        {
-            let batch = schemas.conform_for_read(&batch, None)?;
+        Ok(ranked)
+    }
+
+    /// The base table's nearest rows the fresh tier does not shadow, fetching
+    /// more until `k` remain (or the table is exhausted).
+    async fn base_ranked(&self) -> Result<Vec<(f32, String, RecordBatch)>> {
+        let (view, schemas, declared, query) = (self.view, self.schemas, self.declared, self.query);
+        let mut ranked = Vec::new();
+        let base_rows = view.dataset.count_rows(None).await.ctx("counting rows")?;
+        let mut fetch = query.k;
+        while base_rows > 0 && fetch > 0 {
+            let (found, returned) = self.base_candidates(fetch).await?;
+            let live = found.num_rows();
+            let conformed = schemas.conform_for_read(&found, None)?;
+            let mut base_ranked = Vec::new();
             rank_rows(
-                &batch,
+                &conformed,
                 &schemas.key,
                 &declared.column,
                 &query.vector,
-                metric,
-                &mut ranked,
+                self.metric,
+                &mut base_ranked,
             )?;
-            ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-            ranked.truncate(query.k);
+            if live >= query.k || returned < fetch || fetch >= base_rows {
+                ranked.extend(base_ranked);
+                fetch = 0;
+            } else {
+                fetch = (fetch * 2).min(base_rows);
+            }
         }
+        Ok(ranked)
     }
 
-    // Base table, through its index, without rows the fresh tier shadows.
-    let base_rows = view.dataset.count_rows(None).await.ctx("counting rows")?;
-    let mut fetch = query.k;
-    while base_rows > 0 && fetch > 0 {
+    /// The base table's `fetch` nearest rows by its index, less those the
+    /// fresh tier shadows, and how many the search returned.
+    async fn base_candidates(&self, fetch: usize) -> Result<(RecordBatch, usize)> {
+        let (view, schemas, declared, query) = (self.view, self.schemas, self.declared, self.query);
         let mut scan = view.dataset.scan();
-        scan.project(&columns).ctx("projecting")?;
-        if let Some(expr) = &filter {
+        scan.project(&self.columns).ctx("projecting")?;
+        if let Some(expr) = &self.filter {
             scan.filter_expr(expr.clone());
             scan.prefilter(true);
         }
         let key = Float32Array::from(query.vector.clone());
         scan.nearest(&declared.column, &key, fetch)
             .map_err(|e| Error::invalid_argument(format!("vector search: {e}")))?;
-        scan.distance_metric(metric);
+        scan.distance_metric(self.metric);
         if let Some(n) = query.nprobes {
             scan.nprobes(n);
         }
@@ -167,11 +245,12 @@ pub(crate) async fn nearest(
             .await
             .ctx("searching the base table")?;
         let returned = found.num_rows();
-        let found = if fresh_snapshots.is_empty() || returned == 0 {
+        let found = if self.fresh_snapshots.is_empty() || returned == 0 {
             found
         } else {
             let keys = found.project(&[found.schema().index_of(&schemas.key)?])?;
-            let shadowed = fresh_scanner()
+            let shadowed = self
+                .fresh_scanner()
                 .contains_pks(&keys)
                 .await
                 .ctx("checking keys rewritten since the base")?;
@@ -179,29 +258,8 @@ pub(crate) async fn nearest(
                 arrow_array::BooleanArray::from(shadowed.iter().map(|s| !s).collect::<Vec<bool>>());
             arrow_select::filter::filter_record_batch(&found, &keep)?
         };
-        let live = found.num_rows();
-        let conformed = schemas.conform_for_read(&found, None)?;
-        let mut base_ranked = Vec::new();
-        rank_rows(
-            &conformed,
-            &schemas.key,
-            &declared.column,
-            &query.vector,
-            metric,
-            &mut base_ranked,
-        )?;
-        if live >= query.k || returned < fetch || fetch >= base_rows {
-            ranked.extend(base_ranked);
-            fetch = 0;
-        } else {
-            fetch = (fetch * 2).min(base_rows);
-        }
+        Ok((found, returned))
     }
-    ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-    ranked.truncate(query.k);
-    let distances: Vec<f32> = ranked.iter().map(|r| r.0).collect();
-    let rows: Vec<RecordBatch> = ranked.into_iter().map(|r| r.2).collect();
-    with_distance(concat_batches(&out_schema, &rows)?, distances)
 }
 
 /// Score every row of `batch` (logical schema) and append `(distance, key, row)`.

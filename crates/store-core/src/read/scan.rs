@@ -350,52 +350,8 @@ pub(crate) async fn plan_scan(
     matching: Option<&Expr>,
     hide: Option<&Expr>,
 ) -> Result<(Arc<dyn ExecutionPlan>, Option<Vec<String>>)> {
-    // Columns the caller wants, checked against the logical schema.
-    let wanted: Vec<String> = match &request.projection {
-        Some(cols) => {
-            if cols.is_empty() {
-                return Err(Error::invalid_argument("projection names no column"));
-            }
-            for c in cols {
-                if schemas.logical.field_with_name(c).is_err() {
-                    return Err(Error::invalid_argument(format!(
-                        "projection: unknown column '{c}'"
-                    )));
-                }
-            }
-            cols.clone()
-        }
-        None => schemas
-            .logical
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect(),
-    };
-    for key in &request.order_by {
-        if schemas.logical.field_with_name(&key.column).is_err() {
-            return Err(Error::invalid_argument(format!(
-                "order_by: unknown column '{}'",
-                key.column
-            )));
-        }
-    }
-    // What the scan reads: wanted ∪ sort columns, restricted to stored columns.
-    let mut read_cols: Vec<String> = wanted
-        .iter()
-        .filter(|c| schemas.stored.field_with_name(c).is_ok())
-        .cloned()
-        .collect();
-    for key in &request.order_by {
-        if schemas.stored.field_with_name(&key.column).is_ok() && !read_cols.contains(&key.column) {
-            read_cols.push(key.column.clone());
-        }
-    }
-    if read_cols.is_empty() {
-        // Only columns the dataset lacks were asked for: read the key so row
-        // counts are right; those columns come back null.
-        read_cols.push(schemas.key.clone());
-    }
+    let wanted = wanted_columns(schemas, request)?;
+    let mut read_cols = read_columns(schemas, request, &wanted);
 
     // The filter the scan pushes down: the caller's and the engine's own.
     // With one, the visibility rule is applied above the scan, to the rows
@@ -449,46 +405,13 @@ pub(crate) async fn plan_scan(
         false => (None, None),
     };
 
-    // The rule above the scan, or — when it cannot be planned there (a
-    // FilterExec asks its input for statistics, which a fragment without
-    // row counts cannot give) — pushed into the scan with the filter.
-    let mut split = above.is_some();
-    let (mut plan, ruled_above) = loop {
-        let (pushed, above) = match (split, pushed.clone(), above) {
-            (true, pushed, above) => (pushed, above),
-            (false, Some(pushed), Some(above)) => (Some(pushed.and(above.clone())), None),
-            (false, pushed, _) => (pushed, None),
-        };
-        let mut scanner = view
-            .scanner(&schemas.key)
-            .project(&read_cols)
-            .map_err(|e| Error::from_lance("projecting", None, e))?;
-        if let Some(expr) = pushed {
-            scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
-        }
-        // Limit and offset count visible rows: with the rule applied above
-        // the scan, they are applied above it too; with an order, above the
-        // sort.
-        if above.is_none() && (limit.is_some() || offset.is_some()) {
-            scanner = scanner
-                .limit(limit, offset)
-                .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
-        }
-        let plan = match scanner.create_plan().await {
-            Ok(plan) => plan,
-            Err(e) => return Err(blame(view, schemas, &read_cols, request, e).await),
-        };
-        let Some(above) = above else {
-            break (plan, false);
-        };
-        match filtered(plan, above) {
-            Ok(plan) => break (plan, true),
-            Err(e) => {
-                tracing::debug!("the visibility rule is pushed into the scan: {e}");
-                split = false;
-            }
-        }
+    let scan = ScanShape {
+        view,
+        schemas,
+        request,
+        read_cols: &read_cols,
     };
+    let (mut plan, ruled_above) = scan.plan(pushed, above, limit, offset).await?;
     if sort_keys.is_empty() {
         if ruled_above {
             if plan.output_partitioning().partition_count() > 1 {
@@ -504,7 +427,141 @@ pub(crate) async fn plan_scan(
         }
         return Ok((plan, Some(wanted)));
     }
+    Ok((sorted(plan, &sort_keys, request)?, Some(wanted)))
+}
 
+/// The columns the caller wants, in order, checked against the logical
+/// schema; the sort keys are checked too.
+fn wanted_columns(schemas: &Schemas, request: &ScanRequest) -> Result<Vec<String>> {
+    // Columns the caller wants, checked against the logical schema.
+    let wanted: Vec<String> = match &request.projection {
+        Some(cols) => {
+            if cols.is_empty() {
+                return Err(Error::invalid_argument("projection names no column"));
+            }
+            for c in cols {
+                if schemas.logical.field_with_name(c).is_err() {
+                    return Err(Error::invalid_argument(format!(
+                        "projection: unknown column '{c}'"
+                    )));
+                }
+            }
+            cols.clone()
+        }
+        None => schemas
+            .logical
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect(),
+    };
+    for key in &request.order_by {
+        if schemas.logical.field_with_name(&key.column).is_err() {
+            return Err(Error::invalid_argument(format!(
+                "order_by: unknown column '{}'",
+                key.column
+            )));
+        }
+    }
+    Ok(wanted)
+}
+
+/// The columns the scan reads for `wanted`: never empty.
+fn read_columns(schemas: &Schemas, request: &ScanRequest, wanted: &[String]) -> Vec<String> {
+    // What the scan reads: wanted ∪ sort columns, restricted to stored columns.
+    let mut read_cols: Vec<String> = wanted
+        .iter()
+        .filter(|c| schemas.stored.field_with_name(c).is_ok())
+        .cloned()
+        .collect();
+    for key in &request.order_by {
+        if schemas.stored.field_with_name(&key.column).is_ok() && !read_cols.contains(&key.column) {
+            read_cols.push(key.column.clone());
+        }
+    }
+    if read_cols.is_empty() {
+        // Only columns the dataset lacks were asked for: read the key so row
+        // counts are right; those columns come back null.
+        read_cols.push(schemas.key.clone());
+    }
+    read_cols
+}
+
+/// What every attempt at planning one scan shares.
+struct ScanShape<'a> {
+    view: &'a ReadView,
+    schemas: &'a Schemas,
+    request: &'a ScanRequest,
+    read_cols: &'a [String],
+}
+
+impl ScanShape<'_> {
+    /// The scan with `pushed` pushed down and `above` (the visibility rule)
+    /// over it, and whether the rule sits above the scan (else it was pushed
+    /// in with the filter).
+    async fn plan(
+        &self,
+        pushed: Option<Expr>,
+        above: Option<&Expr>,
+        limit: Option<i64>,
+        offset: Option<i64>,
+    ) -> Result<(Arc<dyn ExecutionPlan>, bool)> {
+        let Self {
+            view,
+            schemas,
+            request,
+            read_cols,
+        } = *self;
+        // The rule above the scan, or — when it cannot be planned there (a
+        // FilterExec asks its input for statistics, which a fragment without
+        // row counts cannot give) — pushed into the scan with the filter.
+        let mut split = above.is_some();
+        let (plan, ruled_above) = loop {
+            let (pushed, above) = match (split, pushed.clone(), above) {
+                (true, pushed, above) => (pushed, above),
+                (false, Some(pushed), Some(above)) => (Some(pushed.and(above.clone())), None),
+                (false, pushed, _) => (pushed, None),
+            };
+            let mut scanner = view
+                .scanner(&schemas.key)
+                .project(read_cols)
+                .map_err(|e| Error::from_lance("projecting", None, e))?;
+            if let Some(expr) = pushed {
+                scanner = scanner.filter_expr(super::lookup_shaped(expr, &schemas.key));
+            }
+            // Limit and offset count visible rows: with the rule applied above
+            // the scan, they are applied above it too; with an order, above the
+            // sort.
+            if above.is_none() && (limit.is_some() || offset.is_some()) {
+                scanner = scanner
+                    .limit(limit, offset)
+                    .map_err(|e| Error::invalid_argument(format!("limit/offset: {e}")))?;
+            }
+            let plan = match scanner.create_plan().await {
+                Ok(plan) => plan,
+                Err(e) => return Err(blame(view, schemas, read_cols, request, e).await),
+            };
+            let Some(above) = above else {
+                break (plan, false);
+            };
+            match filtered(plan, above) {
+                Ok(plan) => break (plan, true),
+                Err(e) => {
+                    tracing::debug!("the visibility rule is pushed into the scan: {e}");
+                    split = false;
+                }
+            }
+        };
+        Ok((plan, ruled_above))
+    }
+}
+
+/// `plan` in `sort_keys`' order, then the request's offset and limit.
+fn sorted(
+    mut plan: Arc<dyn ExecutionPlan>,
+    sort_keys: &[&SortKey],
+    request: &ScanRequest,
+) -> Result<Arc<dyn ExecutionPlan>> {
     // Order-by: a top-k sort (bounded by offset + limit) over the deduped scan,
     // then skip/fetch.
     if plan.output_partitioning().partition_count() > 1 {
@@ -532,5 +589,5 @@ pub(crate) async fn plan_scan(
     if offset > 0 || request.limit.is_some() {
         plan = Arc::new(GlobalLimitExec::new(plan, offset, request.limit));
     }
-    Ok((plan, Some(wanted)))
+    Ok(plan)
 }

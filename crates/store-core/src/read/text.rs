@@ -311,17 +311,15 @@ pub(crate) async fn search_text(
         .filter(|s| s.unmerged > 0)
         .map(|s| s.snapshot.clone())
         .collect();
-    let fresh_scanner = || {
-        LsmScanner::without_base_table(
-            schemas.stored.clone(),
-            view.dataset.uri().to_string(),
-            fresh_snapshots.clone(),
-            vec![schemas.key.clone()],
-        )
-        .with_identity_schema(Arc::new(arrow_schema_with_field_ids(view.dataset.schema())))
-        .with_store_params(store_params.clone())
-        .with_session(view.dataset.session())
-        .with_sstable_cache(view.generations.clone())
+    let search = TextSearch {
+        view,
+        schemas,
+        declared,
+        query,
+        store_params,
+        filter,
+        columns,
+        fresh_snapshots,
     };
 
     // Statistics: the base index's, plus every unmerged row's (filtered or
@@ -332,45 +330,7 @@ pub(crate) async fn search_text(
             term_docs: vec![0; terms.len()],
             ..Stats::default()
         });
-    let mut fresh_rows: Vec<(Doc, String, RecordBatch)> = Vec::new();
-    if !fresh_snapshots.is_empty() {
-        // Every unmerged row counts in the statistics; without a filter the
-        // same read yields the candidates, with one a second, filtered read
-        // does.
-        let keep = |fresh_rows: &mut Vec<(Doc, String, RecordBatch)>,
-                    batch: &RecordBatch,
-                    docs: Vec<Doc>|
-         -> Result<()> {
-            let batch = schemas.conform_for_read(batch, None)?;
-            let keys = keys(&batch, &schemas.key)?;
-            for (row, doc) in docs.into_iter().enumerate() {
-                if doc.counts.iter().any(|c| *c > 0) {
-                    fresh_rows.push((doc, keys[row].clone(), batch.slice(row, 1)));
-                }
-            }
-            Ok(())
-        };
-        let stats_columns: Vec<String> = if filter.is_none() {
-            columns.clone()
-        } else {
-            vec![schemas.key.clone(), declared.column.clone()]
-        };
-        for batch in fresh_batches(fresh_scanner(), &stats_columns, None).await? {
-            let docs = analyzer.docs(&batch, &declared.column)?;
-            for doc in &docs {
-                stats.add(doc);
-            }
-            if filter.is_none() {
-                keep(&mut fresh_rows, &batch, docs)?;
-            }
-        }
-        if let Some(expr) = &filter {
-            for batch in fresh_batches(fresh_scanner(), &columns, Some(expr)).await? {
-                let docs = analyzer.docs(&batch, &declared.column)?;
-                keep(&mut fresh_rows, &batch, docs)?;
-            }
-        }
-    }
+    let fresh_rows = search.fresh_rows(&mut analyzer, &mut stats).await?;
     let scorer = stats.scorer(&terms);
     let mut ranked: Vec<(f32, String, RecordBatch)> = fresh_rows
         .into_iter()
@@ -378,72 +338,173 @@ pub(crate) async fn search_text(
             score(&doc, &terms, &scorer, query.operator).map(|s| (s, key, row))
         })
         .collect();
-
-    // Base table candidates, through its index, without rows the fresh tier
-    // shadows, scored again against the whole store's statistics.
-    let base_rows = view.dataset.count_rows(None).await.ctx("counting rows")?;
-    let mut fetch = (query.k * 2).max(query.k + 10);
-    if base_rows > 0 {
-        loop {
-            let mut scan = view.dataset.scan();
-            scan.project(&columns).ctx("projecting")?;
-            if let Some(expr) = &filter {
-                scan.filter_expr(expr.clone());
-                scan.prefilter(true);
-            }
-            let operator = match query.operator {
-                TextOperator::Or => Operator::Or,
-                TextOperator::And => Operator::And,
-            };
-            let fts = FullTextSearchQuery::new_query(FtsQuery::Match(
-                MatchQuery::new(query.query.clone())
-                    .with_column(Some(declared.column.clone()))
-                    .with_operator(operator),
-            ))
-            .limit(Some(fetch as i64));
-            scan.full_text_search(fts)
-                .map_err(|e| Error::invalid_argument(format!("text search: {e}")))?;
-            scan.limit(Some(fetch as i64), None).ctx("limiting")?;
-            let found = scan
-                .try_into_batch()
-                .await
-                .ctx("searching the base table")?;
-            let returned = found.num_rows();
-            let found = if fresh_snapshots.is_empty() || returned == 0 {
-                found
-            } else {
-                let keys = found.project(&[found.schema().index_of(&schemas.key)?])?;
-                let shadowed = fresh_scanner()
-                    .contains_pks(&keys)
-                    .await
-                    .ctx("checking keys rewritten since the base")?;
-                let keep = arrow_array::BooleanArray::from(
-                    shadowed.iter().map(|s| !s).collect::<Vec<bool>>(),
-                );
-                arrow_select::filter::filter_record_batch(&found, &keep)?
-            };
-            let conformed = schemas.conform_for_read(&found, None)?;
-            let found_keys = keys(&conformed, &schemas.key)?;
-            let mut base_ranked = Vec::new();
-            for (row, text) in texts(&conformed, &declared.column)?.into_iter().enumerate() {
-                let doc = analyzer.doc(text.as_deref().unwrap_or(""));
-                if let Some(s) = score(&doc, &terms, &scorer, query.operator) {
-                    base_ranked.push((s, found_keys[row].clone(), conformed.slice(row, 1)));
-                }
-            }
-            let live = base_ranked.len();
-            if live >= query.k || returned < fetch || fetch as u64 >= base_rows as u64 {
-                ranked.extend(base_ranked);
-                break;
-            }
-            fetch = (fetch * 2).min(base_rows);
-        }
-    }
+    ranked.extend(search.base_ranked(&mut analyzer, &terms, &scorer).await?);
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     ranked.truncate(query.k);
     let scores: Vec<f32> = ranked.iter().map(|r| r.0).collect();
     let rows: Vec<RecordBatch> = ranked.into_iter().map(|r| r.2).collect();
     with_score(concat_batches(&out_schema, &rows)?, scores)
+}
+
+/// One text search's inputs, shared by its reads of the two tiers.
+struct TextSearch<'a> {
+    view: &'a ReadView,
+    schemas: &'a Schemas,
+    declared: &'a TextColumn,
+    query: &'a TextQuery,
+    store_params: &'a lance::io::ObjectStoreParams,
+    /// The caller's filter and the visibility rule.
+    filter: Option<Expr>,
+    /// The readable columns.
+    columns: Vec<String>,
+    /// The shards with unmerged rows.
+    fresh_snapshots: Vec<ShardSnapshot>,
+}
+
+impl TextSearch<'_> {
+    /// A scanner of the unmerged tier alone.
+    fn fresh_scanner(&self) -> LsmScanner {
+        let (view, schemas) = (self.view, self.schemas);
+        LsmScanner::without_base_table(
+            schemas.stored.clone(),
+            view.dataset.uri().to_string(),
+            self.fresh_snapshots.clone(),
+            vec![schemas.key.clone()],
+        )
+        .with_identity_schema(Arc::new(arrow_schema_with_field_ids(view.dataset.schema())))
+        .with_store_params(self.store_params.clone())
+        .with_session(view.dataset.session())
+        .with_sstable_cache(view.generations.clone())
+    }
+
+    /// The unmerged rows that match (the filter's), each with its analysed
+    /// text and key; every unmerged row is added to `stats`.
+    async fn fresh_rows(
+        &self,
+        analyzer: &mut Analyzer,
+        stats: &mut Stats,
+    ) -> Result<Vec<(Doc, String, RecordBatch)>> {
+        let (schemas, declared, filter, columns) =
+            (self.schemas, self.declared, &self.filter, &self.columns);
+        let mut fresh_rows: Vec<(Doc, String, RecordBatch)> = Vec::new();
+        if !self.fresh_snapshots.is_empty() {
+            // Every unmerged row counts in the statistics; without a filter the
+            // same read yields the candidates, with one a second, filtered read
+            // does.
+            let keep = |fresh_rows: &mut Vec<(Doc, String, RecordBatch)>,
+                        batch: &RecordBatch,
+                        docs: Vec<Doc>|
+             -> Result<()> {
+                let batch = schemas.conform_for_read(batch, None)?;
+                let keys = keys(&batch, &schemas.key)?;
+                for (row, doc) in docs.into_iter().enumerate() {
+                    if doc.counts.iter().any(|c| *c > 0) {
+                        fresh_rows.push((doc, keys[row].clone(), batch.slice(row, 1)));
+                    }
+                }
+                Ok(())
+            };
+            let stats_columns: Vec<String> = if filter.is_none() {
+                columns.clone()
+            } else {
+                vec![schemas.key.clone(), declared.column.clone()]
+            };
+            for batch in fresh_batches(self.fresh_scanner(), &stats_columns, None).await? {
+                let docs = analyzer.docs(&batch, &declared.column)?;
+                for doc in &docs {
+                    stats.add(doc);
+                }
+                if filter.is_none() {
+                    keep(&mut fresh_rows, &batch, docs)?;
+                }
+            }
+            if let Some(expr) = filter {
+                for batch in fresh_batches(self.fresh_scanner(), columns, Some(expr)).await? {
+                    let docs = analyzer.docs(&batch, &declared.column)?;
+                    keep(&mut fresh_rows, &batch, docs)?;
+                }
+            }
+        }
+        Ok(fresh_rows)
+    }
+
+    /// The base table's matching rows with their scores.
+    async fn base_ranked(
+        &self,
+        analyzer: &mut Analyzer,
+        terms: &[String],
+        scorer: &MemBM25Scorer,
+    ) -> Result<Vec<(f32, String, RecordBatch)>> {
+        let (view, schemas, declared, query) = (self.view, self.schemas, self.declared, self.query);
+        // Base table candidates, through its index, without rows the fresh tier
+        // shadows, scored again against the whole store's statistics.
+        let base_rows = view.dataset.count_rows(None).await.ctx("counting rows")?;
+        let mut fetch = (query.k * 2).max(query.k + 10);
+        if base_rows > 0 {
+            loop {
+                let (found, returned) = self.base_candidates(fetch).await?;
+                let conformed = schemas.conform_for_read(&found, None)?;
+                let found_keys = keys(&conformed, &schemas.key)?;
+                let mut base_ranked = Vec::new();
+                for (row, text) in texts(&conformed, &declared.column)?.into_iter().enumerate() {
+                    let doc = analyzer.doc(text.as_deref().unwrap_or(""));
+                    if let Some(s) = score(&doc, terms, scorer, query.operator) {
+                        base_ranked.push((s, found_keys[row].clone(), conformed.slice(row, 1)));
+                    }
+                }
+                let live = base_ranked.len();
+                if live >= query.k || returned < fetch || fetch as u64 >= base_rows as u64 {
+                    return Ok(base_ranked);
+                }
+                fetch = (fetch * 2).min(base_rows);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// Up to `fetch` of the base table's best candidates by its index, less
+    /// those the fresh tier shadows, and how many the index returned.
+    async fn base_candidates(&self, fetch: usize) -> Result<(RecordBatch, usize)> {
+        let (view, schemas, declared, query) = (self.view, self.schemas, self.declared, self.query);
+        let mut scan = view.dataset.scan();
+        scan.project(&self.columns).ctx("projecting")?;
+        if let Some(expr) = &self.filter {
+            scan.filter_expr(expr.clone());
+            scan.prefilter(true);
+        }
+        let operator = match query.operator {
+            TextOperator::Or => Operator::Or,
+            TextOperator::And => Operator::And,
+        };
+        let fts = FullTextSearchQuery::new_query(FtsQuery::Match(
+            MatchQuery::new(query.query.clone())
+                .with_column(Some(declared.column.clone()))
+                .with_operator(operator),
+        ))
+        .limit(Some(fetch as i64));
+        scan.full_text_search(fts)
+            .map_err(|e| Error::invalid_argument(format!("text search: {e}")))?;
+        scan.limit(Some(fetch as i64), None).ctx("limiting")?;
+        let found = scan
+            .try_into_batch()
+            .await
+            .ctx("searching the base table")?;
+        let returned = found.num_rows();
+        let found = if self.fresh_snapshots.is_empty() || returned == 0 {
+            found
+        } else {
+            let keys = found.project(&[found.schema().index_of(&schemas.key)?])?;
+            let shadowed = self
+                .fresh_scanner()
+                .contains_pks(&keys)
+                .await
+                .ctx("checking keys rewritten since the base")?;
+            let keep =
+                arrow_array::BooleanArray::from(shadowed.iter().map(|s| !s).collect::<Vec<bool>>());
+            arrow_select::filter::filter_record_batch(&found, &keep)?
+        };
+        Ok((found, returned))
+    }
 }
 
 fn with_score(batch: RecordBatch, scores: Vec<f32>) -> Result<RecordBatch> {

@@ -180,6 +180,113 @@ fn undeleted() -> Visibility {
     }
 }
 
+/// The first row of `keys` (the batch's secondary keys, in `column`) that
+/// repeats an earlier one, as the problem it is.
+fn first_repeat(column: &str, keys: &[String]) -> Option<BatchProblem> {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut repeated = None;
+    for (row, k) in keys.iter().enumerate() {
+        if let Some(&first_row) = first.get(k.as_str()) {
+            repeated = Some(BatchProblem::DuplicateInBatch {
+                column: column.to_string(),
+                row,
+                first_row,
+                value: k.clone(),
+            });
+            break;
+        }
+        first.insert(k, row);
+    }
+    repeated
+}
+
+/// What an upsert does with each row (secondary key `keys[row]` in
+/// `column`, key `ids[row]`): insert, or replace the one visible record
+/// `current` names, whose key is the row's `supersedes_id`. A key only
+/// hidden records hold (`held_keys`), or that several visible records
+/// hold, is refused.
+fn upsert_outcomes(
+    column: String,
+    keys: &[String],
+    ids: &[Option<String>],
+    current: &HashMap<String, Vec<String>>,
+    held_keys: &HashSet<String>,
+) -> Result<(Vec<UpsertOutcome>, Vec<Option<String>>)> {
+    let mut outcomes = Vec::with_capacity(keys.len());
+    let mut supersedes: Vec<Option<String>> = Vec::with_capacity(keys.len());
+    for (row, k) in keys.iter().enumerate() {
+        let matches: Vec<&String> = current
+            .get(k)
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        let id = ids[row].clone().unwrap_or_default();
+        match matches.as_slice() {
+            [] if held_keys.contains(k) => {
+                return Err(Error::batch(BatchProblem::AlreadyExists {
+                    column,
+                    row,
+                    value: k.clone(),
+                }));
+            }
+            [] => {
+                supersedes.push(None);
+                outcomes.push(UpsertOutcome {
+                    id,
+                    inserted: true,
+                    replaced_id: None,
+                });
+            }
+            [old] => {
+                supersedes.push(Some((*old).clone()));
+                outcomes.push(UpsertOutcome {
+                    id,
+                    inserted: false,
+                    replaced_id: Some((*old).clone()),
+                });
+            }
+            many => {
+                return Err(Error::batch(BatchProblem::Ambiguous {
+                    column,
+                    row,
+                    value: k.clone(),
+                    matches: many.len(),
+                }));
+            }
+        }
+    }
+    Ok((outcomes, supersedes))
+}
+
+/// The rows of a batch that supersede another record (`keys[row]` names
+/// `named[row]`, not itself): row, key, target. Two rows naming one target
+/// are refused.
+fn supersession_targets(
+    keys: &[Option<String>],
+    named: &[Option<String>],
+) -> Result<Vec<(usize, String, String)>> {
+    let mut targets: Vec<(usize, String, String)> = Vec::new();
+    let mut first: HashMap<String, usize> = HashMap::new();
+    for (row, (key, target)) in keys.iter().zip(named).enumerate() {
+        let (Some(key), Some(target)) = (key, target) else {
+            continue;
+        };
+        if key == target {
+            continue;
+        }
+        if let Some(&first_row) = first.get(target) {
+            return Err(Error::batch(BatchProblem::DuplicateInBatch {
+                column: SUPERSEDES.into(),
+                row,
+                first_row,
+                value: target.clone(),
+            }));
+        }
+        first.insert(target.clone(), row);
+        targets.push((row, key.clone(), target.clone()));
+    }
+    Ok(targets)
+}
+
 impl Store {
     /// The expression that hides what `visibility` does not show, or `None`
     /// (see [`super::visible::Rules::expr`]).
@@ -624,20 +731,7 @@ impl Store {
             }));
         }
         let keys: Vec<String> = keys.into_iter().flatten().collect();
-        let mut first: HashMap<&str, usize> = HashMap::new();
-        let mut repeated = None;
-        for (row, k) in keys.iter().enumerate() {
-            if let Some(&first_row) = first.get(k.as_str()) {
-                repeated = Some(BatchProblem::DuplicateInBatch {
-                    column: column.clone(),
-                    row,
-                    first_row,
-                    value: k.clone(),
-                });
-                break;
-            }
-            first.insert(k, row);
-        }
+        let repeated = first_repeat(&column, &keys);
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         // Two independent reads: the new ids are unique, and the records
         // each key names now (whole for a write: they are the versions this
@@ -676,48 +770,7 @@ impl Store {
             .await?;
         let held_keys: HashSet<String> = strings(&held, &column).into_iter().flatten().collect();
         let ids = strings(&conformed, &self.schemas.key);
-        let mut outcomes = Vec::with_capacity(keys.len());
-        let mut supersedes: Vec<Option<String>> = Vec::with_capacity(keys.len());
-        for (row, k) in keys.iter().enumerate() {
-            let matches: Vec<&String> = current
-                .get(k)
-                .map(|v| v.iter().collect())
-                .unwrap_or_default();
-            let id = ids[row].clone().unwrap_or_default();
-            match matches.as_slice() {
-                [] if held_keys.contains(k) => {
-                    return Err(Error::batch(BatchProblem::AlreadyExists {
-                        column,
-                        row,
-                        value: k.clone(),
-                    }));
-                }
-                [] => {
-                    supersedes.push(None);
-                    outcomes.push(UpsertOutcome {
-                        id,
-                        inserted: true,
-                        replaced_id: None,
-                    });
-                }
-                [old] => {
-                    supersedes.push(Some((*old).clone()));
-                    outcomes.push(UpsertOutcome {
-                        id,
-                        inserted: false,
-                        replaced_id: Some((*old).clone()),
-                    });
-                }
-                many => {
-                    return Err(Error::batch(BatchProblem::Ambiguous {
-                        column,
-                        row,
-                        value: k.clone(),
-                        matches: many.len(),
-                    }));
-                }
-            }
-        }
+        let (outcomes, supersedes) = upsert_outcomes(column, &keys, &ids, &current, &held_keys)?;
         // The caller's supersedes_id is ignored (superseded_by_id was refused).
         let schema = conformed.schema();
         let mut columns = conformed.columns().to_vec();
@@ -756,26 +809,7 @@ impl Store {
         }
         let keys = strings(&batch, &self.schemas.key);
         let named = strings(&batch, SUPERSEDES);
-        let mut targets: Vec<(usize, String, String)> = Vec::new();
-        let mut first: HashMap<String, usize> = HashMap::new();
-        for (row, (key, target)) in keys.iter().zip(&named).enumerate() {
-            let (Some(key), Some(target)) = (key, target) else {
-                continue;
-            };
-            if key == target {
-                continue;
-            }
-            if let Some(&first_row) = first.get(target) {
-                return Err(Error::batch(BatchProblem::DuplicateInBatch {
-                    column: SUPERSEDES.into(),
-                    row,
-                    first_row,
-                    value: target.clone(),
-                }));
-            }
-            first.insert(target.clone(), row);
-            targets.push((row, key.clone(), target.clone()));
-        }
+        let mut targets = supersession_targets(&keys, &named)?;
         if targets.is_empty() {
             return Ok(Linked::unlinked(batch));
         }
@@ -820,9 +854,31 @@ impl Store {
             Some(read) if holds_all => read.clone(),
             _ => self.lookup_any(&ids, None).await?,
         };
-        let found_keys = strings(&found, &self.schemas.key);
-        let content = strings(&found, CONTENT_TYPE);
-        let successor = strings(&found, SUPERSEDED_BY);
+        let old = self.superseded_rows(&found, &targets)?;
+        let new_rows = batch.num_rows();
+        links.extend(
+            targets
+                .iter()
+                .enumerate()
+                .map(|(j, (row, _, _))| (*row, new_rows + j)),
+        );
+        Ok(Linked {
+            batch: arrow_select::concat::concat_batches(&batch.schema(), &[batch.clone(), old])?,
+            links,
+        })
+    }
+
+    /// The records `targets` (row, its key, the key it supersedes) name,
+    /// taken from `found` and rewritten with `superseded_by_id` = the
+    /// superseding row's key, conformed for writing. Each must be current.
+    fn superseded_rows(
+        &self,
+        found: &RecordBatch,
+        targets: &[(usize, String, String)],
+    ) -> Result<RecordBatch> {
+        let found_keys = strings(found, &self.schemas.key);
+        let content = strings(found, CONTENT_TYPE);
+        let successor = strings(found, SUPERSEDED_BY);
         let found_at: HashMap<&str, usize> = found_keys
             .iter()
             .enumerate()
@@ -830,7 +886,7 @@ impl Store {
             .collect();
         let mut take = Vec::with_capacity(targets.len());
         let mut new_keys = Vec::with_capacity(targets.len());
-        for (row, key, target) in &targets {
+        for (row, key, target) in targets {
             let at = found_at.get(target.as_str()).copied();
             let current = at.is_some_and(|i| {
                 successor[i].is_none() && content[i].as_deref() != Some(TOMBSTONE_CONTENT_TYPE)
@@ -847,23 +903,12 @@ impl Store {
             new_keys.push(key.clone());
         }
         let indices = arrow_array::UInt32Array::from(take);
-        let mut old = arrow_select::take::take_record_batch(&found, &indices)?;
+        let mut old = arrow_select::take::take_record_batch(found, &indices)?;
         let at = old.schema().index_of(SUPERSEDED_BY)?;
         let mut columns = old.columns().to_vec();
         columns[at] = Arc::new(StringArray::from(new_keys));
         old = RecordBatch::try_new(old.schema(), columns)?;
-        let old = self.schemas.conform_for_write(&old)?;
-        let new_rows = batch.num_rows();
-        links.extend(
-            targets
-                .iter()
-                .enumerate()
-                .map(|(j, (row, _, _))| (*row, new_rows + j)),
-        );
-        Ok(Linked {
-            batch: arrow_select::concat::concat_batches(&batch.schema(), &[batch.clone(), old])?,
-            links,
-        })
+        self.schemas.conform_for_write(&old)
     }
 
     /// Build the new version a patch makes (not written): see the module docs.
