@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lance_context_client::{
-    ClientError, Condition, CreateStore, ListParams, RecordsBody, RetrieveRequest, SearchRequest,
-    StoreApi, TextLeg, VectorLeg,
+    ClientError, Condition, CountParams, CreateStore, GetMany, ListParams, QueryRequest,
+    RecordsBody, RetrieveRequest, SearchRequest, StoreApi, TextLeg, VectorLeg,
 };
 use lance_context_host::{
     Embedded, EmbeddedConfig, PluginLimits, PluginRuntime, Registry, Residency,
@@ -116,10 +116,25 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         .collect();
     assert_eq!(names, ["mem", "tickets"]);
 
-    // Adds in the three forms, and refusals that name the record.
-    let records: Vec<Value> = (0..12)
+    // (In parts: one future of every step overflows a test thread's stack.)
+    Box::pin(adds(api, &mut t)).await;
+    Box::pin(reads(api, &mut t)).await;
+    Box::pin(writes(api, &mut t)).await;
+    Box::pin(searches(api, &mut t)).await;
+    Box::pin(maintenance(api, &mut t)).await;
+    t
+}
+
+/// The records of the tickets store.
+fn ticket_records() -> Vec<Value> {
+    (0..12)
         .map(|i| json!({"id": format!("t{i:02}"), "team": if i % 2 == 0 {"a"} else {"b"}, "n": i, "data": "3q2+7w=="}))
-        .collect();
+        .collect()
+}
+
+/// Adds in the three forms, and refusals that name the record.
+async fn adds<A: StoreApi>(api: &A, t: &mut Transcript) {
+    let records = ticket_records();
     let added = t.ok("add array", api.add("tickets", &records[..8]).await);
     assert_eq!(added["added"], 8);
     let lines: String = records[8..10].iter().map(|r| format!("{r}\n")).collect();
@@ -184,8 +199,10 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         api.get("tickets", "x1").await.unwrap().is_none(),
         "nothing of a refused batch"
     );
+}
 
-    // Reads.
+/// Reads: get, lookups, pages, counts, named queries.
+async fn reads<A: StoreApi>(api: &A, t: &mut Transcript) {
     let one = t.ok("get", api.get("tickets", "t03").await);
     assert_eq!(
         (one["n"].as_i64(), one["data"].as_str()),
@@ -282,11 +299,91 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         api.query("tickets", "by_team", &[]).await,
     );
 
-    // Deletes.
+    let projected = t.ok(
+        "lookup with columns",
+        api.lookup(
+            "tickets",
+            &GetMany {
+                keys: vec!["t01".into(), "zz".into()],
+                columns: Some(vec!["n".into()]),
+                as_of: None,
+            },
+        )
+        .await,
+    );
+    assert_eq!(projected, json!([{"id": "t01", "n": 1}]), "the key always");
+    let e = t.err(
+        "lookup an unknown column",
+        api.lookup(
+            "tickets",
+            &GetMany {
+                keys: vec!["t01".into()],
+                columns: Some(vec!["nope".into()]),
+                as_of: None,
+            },
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "invalid_input", "{e}");
+    let all = t.ok("count", api.count("tickets", &CountParams::default()).await);
+    assert_eq!(all["count"], 12);
+    let some = t.ok(
+        "count filtered",
+        api.count(
+            "tickets",
+            &CountParams {
+                filter: Some("n >= 9".into()),
+                as_of: None,
+            },
+        )
+        .await,
+    );
+    assert_eq!(some["count"], 3);
+    let e = t.err(
+        "count a filter that calls a function",
+        api.count(
+            "tickets",
+            &CountParams {
+                filter: Some("lower(id) = 'x'".into()),
+                as_of: None,
+            },
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "invalid_input", "{e}");
+}
+
+/// Deletes, upserts and patches.
+async fn writes<A: StoreApi>(api: &A, t: &mut Transcript) {
+    let records = ticket_records();
     let d = t.ok("delete", api.delete("tickets", "t00").await);
     assert_eq!(d["deleted"], true);
     let d = t.ok("delete again", api.delete("tickets", "t00").await);
     assert_eq!(d["deleted"], false);
+    t.ok(
+        "add two to delete",
+        api.add(
+            "tickets",
+            &[
+                json!({"id": "d1", "team": "a", "n": 1}),
+                json!({"id": "d2", "team": "b", "n": 2}),
+            ],
+        )
+        .await,
+    );
+    let d = t.ok(
+        "delete many",
+        api.delete_many("tickets", &["d1", "zz", "d2"]).await,
+    );
+    assert_eq!(
+        d,
+        json!([{"key": "d1", "deleted": true}, {"key": "zz", "deleted": false}, {"key": "d2", "deleted": true}])
+    );
+    let e = t.err(
+        "delete many in a missing store",
+        api.delete_many("nope", &["a"]).await,
+    );
+    assert_eq!(e["code"], "not_found");
 
     // Supersession: upsert, a dry run, patch; refused where not declared.
     let e = t.err(
@@ -346,8 +443,10 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         api.patch("mem", "c02", &json!([1])).await,
     );
     assert_eq!(e["code"], "invalid_input");
+}
 
-    // Search and retrieval.
+/// Search and retrieval.
+async fn searches<A: StoreApi>(api: &A, t: &mut Transcript) {
     let near = t.ok(
         "search vector",
         api.search(
@@ -424,9 +523,11 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         .await,
     );
     assert_eq!(e["code"], "invalid_input");
+}
 
-    // Maintenance and state.
-    // (A resident store may have merged in the background already.)
+/// Maintenance and state, time travel, drops. (A resident store may have
+/// merged in the background already.)
+async fn maintenance<A: StoreApi>(api: &A, t: &mut Transcript) {
     let merged = t.ok("merge", api.merge("mem").await);
     assert!(merged["generations_merged"].is_u64(), "{merged}");
     t.ok("compact", api.compact("tickets").await);
@@ -441,6 +542,92 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
     assert_eq!(stats["rows"], 11);
     t.err("stats of a missing store", api.stats("nope").await);
 
+    // Time travel: reads at a version of the base table. (How many
+    // versions there are depends on background maintenance: not in the
+    // transcript.)
+    t.ok("merge tickets", api.merge("tickets").await);
+    let versions = api.versions("tickets").await.unwrap();
+    let current = versions
+        .iter()
+        .find(|v| v.current)
+        .expect("a current version");
+    assert!(current.timestamp.is_some());
+    let at = Some(current.version);
+    t.ok(
+        "add after the version",
+        api.add("tickets", &[json!({"id": "late", "team": "a", "n": 50})])
+            .await,
+    );
+    let then = t.ok(
+        "count as of",
+        api.count(
+            "tickets",
+            &CountParams {
+                filter: None,
+                as_of: at,
+            },
+        )
+        .await,
+    );
+    assert_eq!(then["count"], 11);
+    let now = t.ok(
+        "count now",
+        api.count("tickets", &CountParams::default()).await,
+    );
+    assert_eq!(now["count"], 12);
+    let page = t.ok(
+        "list as of",
+        api.list(
+            "tickets",
+            &ListParams {
+                filter: Some("n >= 9".into()),
+                as_of: at,
+                ..ListParams::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(page["records"].as_array().map(Vec::len), Some(3));
+    let missing = t.ok(
+        "lookup as of",
+        api.lookup(
+            "tickets",
+            &GetMany {
+                keys: vec!["late".into(), "t05".into()],
+                columns: None,
+                as_of: at,
+            },
+        )
+        .await,
+    );
+    assert_eq!(missing.as_array().map(Vec::len), Some(1), "{missing}");
+    let by_team = t.ok(
+        "query as of",
+        api.query_with(
+            "tickets",
+            "by_team",
+            &QueryRequest {
+                args: [("team".to_string(), "a".to_string())].into(),
+                as_of: at,
+            },
+        )
+        .await,
+    );
+    assert_eq!(by_team["records"].as_array().map(Vec::len), Some(5));
+    let e = t.err(
+        "count as of a version that does not exist",
+        api.count(
+            "tickets",
+            &CountParams {
+                filter: None,
+                as_of: Some(1 << 40),
+            },
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "not_found", "{e}");
+    t.err("versions of a missing store", api.versions("nope").await);
+
     // Drops.
     let dropped = t.ok("drop", api.drop_store("tickets").await);
     assert_eq!(dropped["data_deleted"], true);
@@ -453,7 +640,6 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         .map(|s| s.name)
         .collect();
     assert_eq!(names, ["mem"]);
-    t
 }
 
 /// `records` of the tickets store as an Arrow IPC stream.
@@ -645,6 +831,12 @@ fn every_store_command_answers_the_same_locally_and_through_a_server() {
         "{}\n",
         json!({"id": "u2", "external_id": "ext-1", "run_id": "run", "text_payload": "b"})
     );
+    let sample = dir.path().join("sample.jsonl");
+    std::fs::write(&sample, "{\"id\": \"s1\", \"team\": \"a\", \"n\": 1}\n").unwrap();
+    let sample = sample.to_str().unwrap().to_string();
+    let bad_sample = dir.path().join("bad-sample.jsonl");
+    std::fs::write(&bad_sample, "{\"id\": \"s1\", \"team\": \"z\", \"n\": 1}\n").unwrap();
+    let bad_sample = bad_sample.to_str().unwrap().to_string();
     // (step, arguments after `store`, stdin)
     let steps: Vec<(&str, Vec<&str>, &str)> = vec![
         (
@@ -680,6 +872,52 @@ fn every_store_command_answers_the_same_locally_and_through_a_server() {
         ),
         ("add memories", vec!["add", "mem", "-"], &memories),
         ("get", vec!["get", "tickets", "t1", "t2"], ""),
+        (
+            "get some columns",
+            vec!["get", "tickets", "t1", "t3", "--columns", "n"],
+            "",
+        ),
+        (
+            "get as of the first version",
+            vec!["get", "tickets", "t1", "--as-of", "1"],
+            "",
+        ),
+        (
+            "count as of the first version",
+            vec!["count", "tickets", "--as-of", "1"],
+            "",
+        ),
+        (
+            "scan as of the first version",
+            vec!["scan", "tickets", "--as-of", "1"],
+            "",
+        ),
+        (
+            "query as of the first version",
+            vec![
+                "query", "tickets", "by_team", "--arg", "team=b", "--as-of", "1",
+            ],
+            "",
+        ),
+        ("versions", vec!["versions", "tickets"], ""),
+        ("versions of a missing store", vec!["versions", "nope"], ""),
+        (
+            "create with a sample",
+            vec!["create", "sampled", "--spec", &spec, "--sample", &sample],
+            "",
+        ),
+        (
+            "create with a sample the plugin refuses",
+            vec![
+                "create",
+                "refusing",
+                "--spec",
+                &spec,
+                "--sample",
+                &bad_sample,
+            ],
+            "",
+        ),
         ("get missing", vec!["get", "tickets", "t1", "zz"], ""),
         (
             "scan",
@@ -840,7 +1078,12 @@ fn every_store_command_answers_the_same_locally_and_through_a_server() {
         // Without an order, which rows a limit or an offset picks is the
         // store's choice (a server pages in key order): their counts are
         // compared, above.
-        let unordered = matches!(*step, "scan many with a limit" | "scan many from an offset");
+        // The base table's versions (and their times) depend on when
+        // background maintenance ran (a server's stores merge on their own).
+        let unordered = matches!(
+            *step,
+            "scan many with a limit" | "scan many from an offset" | "versions"
+        );
         if !unordered {
             assert_eq!(
                 located(shown(&local_out, &local_root)),
@@ -997,4 +1240,127 @@ async fn a_server_fenced_by_an_operators_command_takes_its_store_back() {
         client.add("tickets", &[record(i)]).await.unwrap();
     }
     assert_eq!(client.stats("tickets").await.unwrap().rows, 6);
+}
+
+/// An operation's deadline counts the open of its store: a caller gets
+/// `deadline` when opening the store (here: compiling its plugin in a
+/// runtime without a compile cache) takes longer, instead of waiting for
+/// the open; the open finishes on its own and the next call finds the
+/// store open. Times are compared with the same open measured unbounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_past_its_deadline_while_its_store_opens_answers_in_time() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let api = embedded(root, Residency::Resident);
+    api.create_store(&CreateStore::builtin("runs", "rollout"))
+        .await
+        .unwrap();
+    api.add("runs", &[json!({"id": "m1", "rollout_id": "r1"})])
+        .await
+        .unwrap();
+    api.shutdown().await.unwrap();
+    // A runtime of its own, no compile cache: each open compiles the plugin.
+    let fresh = |deadline: Option<Duration>| {
+        let runtime = Arc::new(PluginRuntime::new(PluginLimits::default(), None).unwrap());
+        Embedded::new(
+            Registry::at(root, runtime).unwrap(),
+            EmbeddedConfig {
+                deadline,
+                ..EmbeddedConfig::default()
+            },
+        )
+    };
+    let unbounded = fresh(None);
+    let started = Instant::now();
+    assert!(unbounded.get("runs", "m1").await.unwrap().is_some());
+    let open_time = started.elapsed();
+    unbounded.shutdown().await.unwrap();
+
+    let deadline = open_time / 10;
+    let bounded = fresh(Some(deadline));
+    let started = Instant::now();
+    let refused = bounded.get("runs", "m1").await;
+    let took = started.elapsed();
+    assert_eq!(code_of(&refused), Some("deadline"), "{refused:?}");
+    assert!(
+        took < open_time / 2,
+        "answered after {took:?}; the open takes {open_time:?}, the deadline is {deadline:?}"
+    );
+    // The open went on: the store is found open, and answers.
+    let ready = Instant::now();
+    loop {
+        match bounded.get("runs", "m1").await {
+            Ok(found) => {
+                assert!(found.is_some());
+                break;
+            }
+            Err(ClientError::Api { error, .. }) if error.code == "deadline" => {
+                assert!(ready.elapsed() < open_time * 20, "never opened");
+                tokio::time::sleep(open_time / 10).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    bounded.shutdown().await.unwrap();
+}
+
+/// A read at a version (`as_of`) opens the store for that read only, but in
+/// a slot of the resident store like any other operation: a burst of them
+/// is bounded by the store's concurrency limit (the rest answer `busy`),
+/// not a store opened per request without limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_at_a_version_are_bounded_like_any_operation() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Arc::new(
+        PluginRuntime::new(
+            PluginLimits::default(),
+            Some(crate::support::compile_cache()),
+        )
+        .unwrap(),
+    );
+    let api = Arc::new(Embedded::new(
+        Registry::at(dir.path(), runtime).unwrap(),
+        EmbeddedConfig {
+            store_concurrency: 1,
+            queue_wait: Duration::from_millis(1),
+            ..EmbeddedConfig::default()
+        },
+    ));
+    let tickets = CreateStore::spec("tickets", serde_json::from_str(TICKETS).unwrap());
+    api.create_store(&tickets).await.unwrap();
+    api.add("tickets", &ticket_records()).await.unwrap();
+    api.merge("tickets").await.unwrap();
+    let version = api
+        .versions("tickets")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|v| v.current)
+        .unwrap()
+        .version;
+    let at = CountParams {
+        filter: None,
+        as_of: Some(version),
+    };
+    assert_eq!(api.count("tickets", &at).await.unwrap().count, 12);
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (api, at) = (api.clone(), at.clone());
+        burst.spawn(async move { api.count("tickets", &at).await });
+    }
+    let (mut counted, mut busy) = (0, 0);
+    while let Some(done) = burst.join_next().await {
+        match done.unwrap() {
+            Ok(c) => {
+                assert_eq!(c.count, 12);
+                counted += 1;
+            }
+            Err(ClientError::Api { error, .. }) if error.code == "busy" => busy += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(counted >= 1 && busy >= 1, "{counted} counted, {busy} busy");
+    api.shutdown().await.unwrap();
 }

@@ -962,7 +962,22 @@ async fn the_cli_works_through_a_server() {
     let (code, out, err) = run(vec!["merge".into(), "tickets".into()], String::new()).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("merged"), "{out}");
-    let (code, _, err) = run(vec!["versions".into(), "tickets".into()], String::new()).await;
+    let (code, out, err) = run(vec!["versions".into(), "tickets".into()], String::new()).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("\"current\":true"),
+        "the current version marked: {out}"
+    );
+    let (code, _, err) = run(
+        vec![
+            "export".into(),
+            "tickets".into(),
+            "--output".into(),
+            "x.jsonl".into(),
+        ],
+        String::new(),
+    )
+    .await;
     assert_eq!(code, 2, "not over --server: {err}");
     assert!(err.contains("needs the data root"), "{err}");
 }

@@ -71,33 +71,47 @@ impl Out {
         Ok(())
     }
 
-    /// Records as JSON values (from a server): JSON Lines, or a table.
-    pub fn values(&self, records: &[serde_json::Value]) -> Result<()> {
+    /// Records as the store API answers them (a JSON array of objects):
+    /// one JSON line each, as received, or a table with the columns in the
+    /// order the records give them.
+    pub fn records(&self, rows: &lance_context_client::Rows) -> Result<()> {
+        let records: Vec<Box<serde_json::value::RawValue>> = serde_json::from_str(rows.as_json())?;
         if self.json {
-            return write_lines(records);
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for record in &records {
+                out.write_all(record.get().as_bytes())?;
+                out.write_all(b"\n")?;
+            }
+            return Ok(());
         }
         if records.is_empty() {
             println!("(no rows)");
             return Ok(());
         }
         let mut headers: Vec<String> = Vec::new();
-        for r in records {
-            for k in r.as_object().map(|o| o.keys()).into_iter().flatten() {
+        let mut cells = Vec::with_capacity(records.len());
+        for record in &records {
+            let Ordered(fields) = serde_json::from_str(record.get())?;
+            for (k, _) in &fields {
                 if !headers.contains(k) {
                     headers.push(k.clone());
                 }
             }
+            cells.push(fields);
         }
-        let rows = records
-            .iter()
-            .map(|r| {
+        let rows = cells
+            .into_iter()
+            .map(|fields| {
                 headers
                     .iter()
-                    .map(|c| match r.get(c) {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(serde_json::Value::String(s)) => Some(s.clone()),
-                        Some(other) => Some(other.to_string()),
-                    })
+                    .map(
+                        |c| match fields.iter().find(|(k, _)| k == c).map(|(_, v)| v) {
+                            None | Some(serde_json::Value::Null) => None,
+                            Some(serde_json::Value::String(s)) => Some(s.clone()),
+                            Some(other) => Some(other.to_string()),
+                        },
+                    )
                     .collect()
             })
             .collect();
@@ -199,6 +213,33 @@ fn terminal_width() -> Option<usize> {
 }
 
 /// One JSON object per line.
+/// A JSON object's fields in the order written (`serde_json::Map` sorts
+/// them).
+struct Ordered(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a record (a JSON object)")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Ordered, M::Error> {
+                let mut fields = Vec::new();
+                while let Some(field) = map.next_entry()? {
+                    fields.push(field);
+                }
+                Ok(Ordered(fields))
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
 fn write_lines<T: Serialize>(items: &[T]) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -14,11 +14,12 @@
 //! client can also fail with [`ClientError::Transport`] (the request did
 //! not reach the server) or [`ClientError::Unexpected`].
 //!
-//! What does not cross the wire, and so is not in the trait: opening a
-//! store at an older table version (`--as-of`), exporting a whole store as
-//! an Arrow or Parquet stream, replacing a store's plugin (`store
-//! upgrade`) and the authoring tools (`plugin check`, `plugin new`). The
-//! CLI does those where the data root is.
+//! What does not cross the wire, and so is not in the trait: exporting a
+//! whole store as one Arrow or Parquet stream (read it page by page with
+//! [`StoreApi::list`] instead), replacing a store's plugin (`store
+//! upgrade`), checking an add without writing it (`store add --dry-run`)
+//! and the authoring tools (`plugin check`, `plugin new`). The CLI does
+//! those where the data root is.
 //!
 //! [`Client`]: crate::Client
 //! [`ApiError`]: crate::ApiError
@@ -31,9 +32,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::{
-    Added, AdoptStore, Adopted, ClientError, CompactionReport, CreateStore, Deleted, Dropped,
-    Indexed, ListParams, MergeReport, Page, Patched, QueryResult, RetrieveRequest, SearchRequest,
-    StoreInfo, StoreStatus, UpsertResult,
+    Added, AdoptStore, Adopted, ClientError, CompactionReport, CountParams, Counted, CreateStore,
+    Deleted, Dropped, GetMany, Indexed, ListParams, MergeReport, Page, Patched, QueryRequest,
+    QueryResult, RetrieveRequest, SearchRequest, StoreInfo, StoreStatus, TableVersion,
+    UpsertResult,
 };
 
 /// What every call answers.
@@ -186,7 +188,23 @@ pub trait StoreApi: Send + Sync {
     fn get(&self, name: &str, key: &str) -> impl Future<Output = ApiResult<Option<Value>>> + Send;
 
     /// The records with these keys: those that exist, once each.
-    fn get_many(&self, name: &str, keys: &[&str]) -> impl Future<Output = ApiResult<Rows>> + Send;
+    fn get_many(&self, name: &str, keys: &[&str]) -> impl Future<Output = ApiResult<Rows>> + Send {
+        let request = GetMany::keys(keys);
+        async move { self.lookup(name, &request).await }
+    }
+
+    /// The records with these keys (at most 10,000), those that exist, once
+    /// each: the columns asked for (the key always), at a table version
+    /// when one is given.
+    fn lookup(&self, name: &str, request: &GetMany)
+    -> impl Future<Output = ApiResult<Rows>> + Send;
+
+    /// Records (the newest version of each key) matching a filter, counted.
+    fn count(
+        &self,
+        name: &str,
+        params: &CountParams,
+    ) -> impl Future<Output = ApiResult<Counted>> + Send;
 
     /// A page of records: filtered, ordered, projected; pages in key order
     /// follow `next_cursor`.
@@ -196,6 +214,14 @@ pub trait StoreApi: Send + Sync {
     /// Delete the record with this key (a tombstone when the schema
     /// declares them).
     fn delete(&self, name: &str, key: &str) -> impl Future<Output = ApiResult<Deleted>> + Send;
+
+    /// Delete the records with these keys (at most 10,000) in one write:
+    /// what each delete did, in the order given.
+    fn delete_many(
+        &self,
+        name: &str,
+        keys: &[&str],
+    ) -> impl Future<Output = ApiResult<Vec<Deleted>>> + Send;
 
     /// Insert records, or supersede the current version with the same
     /// secondary key; with `dry_run`, what it would do, nothing written.
@@ -240,6 +266,24 @@ pub trait StoreApi: Send + Sync {
         name: &str,
         query: &str,
         args: &[(&str, &str)],
+    ) -> impl Future<Output = ApiResult<QueryResult>> + Send {
+        let request = QueryRequest {
+            args: args
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            as_of: None,
+        };
+        async move { self.query_with(name, query, &request).await }
+    }
+
+    /// Run one of the schema's named queries with its arguments, at a table
+    /// version when one is given.
+    fn query_with(
+        &self,
+        name: &str,
+        query: &str,
+        request: &QueryRequest,
     ) -> impl Future<Output = ApiResult<QueryResult>> + Send;
 
     /// Nearest neighbours (`_distance`) or best BM25 matches (`_score`).
@@ -275,6 +319,9 @@ pub trait StoreApi: Send + Sync {
 
     /// The store's state: rows, fragments, pending generations, indexes.
     fn stats(&self, name: &str) -> impl Future<Output = ApiResult<StoreStatus>> + Send;
+
+    /// The base table's kept versions, oldest first (what `as_of` reads).
+    fn versions(&self, name: &str) -> impl Future<Output = ApiResult<Vec<TableVersion>>> + Send;
 }
 
 /// Records that cannot be written as JSON (a value serde cannot encode).

@@ -86,6 +86,15 @@ pub struct CreateStore {
     /// other store's data, else 400.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
+    /// The plugin component's file name, recorded in the pin as
+    /// `file:NAME` (default `<store>.wasm`; letters, digits, `.`, `-`, `_`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_file_name: Option<String>,
+    /// Records the plugin should accept: the probe run before the plugin
+    /// is pinned checks its output on them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub samples: Vec<Value>,
 }
 
 impl CreateStore {
@@ -142,6 +151,10 @@ pub struct AdoptStore {
     /// Report only: nothing registered, replayed or written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// The plugin component's file name, recorded in the pin as
+    /// `file:NAME` (as `CreateStore::plugin_file_name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_file_name: Option<String>,
 }
 
 impl AdoptStore {
@@ -253,6 +266,10 @@ pub struct StoreInfo {
     /// (dropping it keeps the dataset when the adoption did not finish).
     #[serde(default)]
     pub adopted: bool,
+    /// What the probe said about the plugin of a store just created (for
+    /// its author; the probe passed). Only in a create's answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probe_warnings: Vec<String>,
 }
 
 /// The plugin a store pins.
@@ -313,6 +330,24 @@ pub struct Records {
 pub struct GetMany {
     /// The keys.
     pub keys: Vec<String>,
+    /// The columns to read (default: all but blob columns); the key is
+    /// always read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    /// Read at this table version (as `ListParams::as_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
+}
+
+impl GetMany {
+    /// The records with these keys, default columns, newest data.
+    pub fn keys(keys: &[&str]) -> Self {
+        Self {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            columns: None,
+            as_of: None,
+        }
+    }
 }
 
 /// What a delete did.
@@ -379,6 +414,9 @@ pub struct QueryRequest {
     /// The query's arguments by parameter name.
     #[serde(default)]
     pub args: BTreeMap<String, String>,
+    /// Run at this table version (as `ListParams::as_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
 }
 
 /// The answer of a named query: records, or a reducing query's JSON.
@@ -872,6 +910,10 @@ pub struct Dropped {
     /// finish: the dataset was there before).
     #[serde(default = "deleted_by_default")]
     pub data_deleted: bool,
+    /// Whether the store's plugin file was removed (no other store pins
+    /// it; built-in plugins and specs have none).
+    #[serde(default)]
+    pub plugin_file_removed: bool,
 }
 
 fn deleted_by_default() -> bool {
@@ -913,6 +955,69 @@ pub struct ListParams {
     /// The `next_cursor` of the previous page (pages in key order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// Read the base table as it was at this version (`versions` lists
+    /// them); rows then in the write-ahead tier are not part of a version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
+}
+
+/// What `count` counts (`GET …/count` query parameters).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct CountParams {
+    /// SQL predicate (as `ListParams::filter`); all records without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Count at this table version (as `ListParams::as_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
+}
+
+/// The answer of `count`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Counted {
+    /// Records (the newest version per key) matching the filter.
+    pub count: u64,
+}
+
+/// `POST …/delete`: records to delete by key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeleteMany {
+    /// The keys (at most 10,000).
+    pub keys: Vec<String>,
+}
+
+/// The answer of a delete by keys: one entry per key, in the order given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeletedMany {
+    /// What each delete did.
+    pub deleted: Vec<Deleted>,
+}
+
+/// One kept version of a store's base table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TableVersion {
+    /// The version (what `as_of` takes).
+    pub version: u64,
+    /// When it was committed (RFC 3339, UTC).
+    pub timestamp: Option<String>,
+    /// Whether it is the current version.
+    pub current: bool,
+}
+
+/// `GET …/versions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Versions {
+    /// The kept versions, oldest first.
+    pub versions: Vec<TableVersion>,
 }
 
 /// Why a client call failed.
@@ -1172,14 +1277,16 @@ impl StoreApi for Client {
         }
     }
 
-    async fn get_many(&self, name: &str, keys: &[&str]) -> Result<Rows> {
-        let body = GetMany {
-            keys: keys.iter().map(|k| k.to_string()).collect(),
-        };
+    async fn lookup(&self, name: &str, request: &GetMany) -> Result<Rows> {
         let records: Records = self
-            .send(self.http.post(self.store(name, "/lookup")).json(&body))
+            .send(self.http.post(self.store(name, "/lookup")).json(request))
             .await?;
         Ok(records.records)
+    }
+
+    async fn count(&self, name: &str, params: &CountParams) -> Result<Counted> {
+        self.send(self.http.get(self.store(name, "/count")).query(params))
+            .await
     }
 
     async fn list(&self, name: &str, params: &ListParams) -> Result<Page> {
@@ -1193,6 +1300,16 @@ impl StoreApi for Client {
                 .delete(self.store(name, &format!("/records/{}", key_seg(key)?))),
         )
         .await
+    }
+
+    async fn delete_many(&self, name: &str, keys: &[&str]) -> Result<Vec<Deleted>> {
+        let body = DeleteMany {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        };
+        let done: DeletedMany = self
+            .send(self.http.post(self.store(name, "/delete")).json(&body))
+            .await?;
+        Ok(done.deleted)
     }
 
     async fn upsert_records(
@@ -1222,17 +1339,16 @@ impl StoreApi for Client {
         .await
     }
 
-    async fn query(&self, name: &str, query: &str, args: &[(&str, &str)]) -> Result<QueryResult> {
-        let body = QueryRequest {
-            args: args
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
+    async fn query_with(
+        &self,
+        name: &str,
+        query: &str,
+        request: &QueryRequest,
+    ) -> Result<QueryResult> {
         self.send(
             self.http
                 .post(self.store(name, &format!("/queries/{}", seg(query))))
-                .json(&body),
+                .json(request),
         )
         .await
     }
@@ -1276,5 +1392,12 @@ impl StoreApi for Client {
 
     async fn stats(&self, name: &str) -> Result<StoreStatus> {
         self.send(self.http.get(self.store(name, "/stats"))).await
+    }
+
+    async fn versions(&self, name: &str) -> Result<Vec<TableVersion>> {
+        let versions: Versions = self
+            .send(self.http.get(self.store(name, "/versions")))
+            .await?;
+        Ok(versions.versions)
     }
 }

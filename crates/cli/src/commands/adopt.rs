@@ -1,13 +1,14 @@
 //! `lance-context store adopt`: register an existing dataset (one the
 //! previous implementation wrote, or plain Lance) as a store.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use lance_context_host::spec::SchemaSpec;
-use lance_context_host::{AdoptOptions, AdoptReport, Registry, RegistryError, SchemaSource};
+use lance_context_client::{AdoptStore, ClientError, StoreApi};
+use lance_context_host::AdoptReport;
+
+use super::through::{Via, failed};
 
 use crate::args::parse_kv;
 use crate::output::Out;
@@ -42,51 +43,11 @@ pub struct AdoptCommand {
 
 impl AdoptCommand {
     /// The schema source given, if any.
-    fn source(&self) -> Result<Option<SchemaSource>> {
-        Ok(match (&self.plugin, &self.spec) {
-            (_, Some(file)) => {
-                let text = std::fs::read_to_string(file)
-                    .with_context(|| format!("reading {}", file.display()))?;
-                Some(SchemaSource::Spec(SchemaSpec::from_json(&text)?))
-            }
-            (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
-                let bytes = std::fs::read(p).with_context(|| format!("reading {p}"))?;
-                Some(SchemaSource::Plugin {
-                    label: super::store::file_label(p),
-                    bytes,
-                })
-            }
-            (Some(p), None) => Some(SchemaSource::Builtin(p.clone())),
-            (None, None) => None,
-        })
-    }
-
-    pub async fn run(
-        self,
-        registry: &Registry,
-        storage_options: HashMap<String, String>,
-        out: Out,
-    ) -> Result<()> {
-        let options = AdoptOptions {
-            uri: self.uri.clone(),
-            source: self.source()?,
-            params: self.params.clone(),
-            storage_options,
-            dry_run: self.dry_run,
-        };
-        match registry.adopt(&self.name, options).await {
-            Ok(report) => print(&report, &out),
-            Err(RegistryError::AdoptRefused { name, report }) => {
-                print(&report, &out)?;
-                Err(RegistryError::AdoptRefused { name, report }.into())
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Through a server (`--server`): `POST /api/v1/stores/{name}/adopt`.
-    pub async fn remote(self, client: &lance_context_client::Client, out: Out) -> Result<()> {
-        let mut request = lance_context_client::AdoptStore::new(&self.uri);
+    /// The adoption as the store API takes it (a plugin file's bytes
+    /// base64, a spec file's JSON, each parameter as JSON when it parses,
+    /// else a string).
+    fn request(&self) -> Result<AdoptStore> {
+        let mut request = AdoptStore::new(&self.uri);
         match (&self.plugin, &self.spec) {
             (_, Some(file)) => {
                 let text = std::fs::read_to_string(file)
@@ -101,6 +62,7 @@ impl AdoptCommand {
                 let bytes = std::fs::read(p).with_context(|| format!("reading {p}"))?;
                 request.plugin_wasm_base64 =
                     Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+                request.plugin_file_name = Some(super::store::file_label(p));
             }
             (Some(p), None) => request.plugin = Some(p.clone()),
             (None, None) => {}
@@ -110,18 +72,36 @@ impl AdoptCommand {
             request.params.insert(k.clone(), value);
         }
         request.dry_run = self.dry_run;
-        use lance_context_client::StoreApi as _;
-        let report = client
-            .adopt(&self.name, &request)
-            .await
-            .map_err(|e| super::through::failed(e, super::through::Via::Server))?;
-        let value = serde_json::to_value(&report)?;
-        let report: AdoptReport = serde_json::from_value(value)?;
-        print(&report, &out)
+        Ok(request)
+    }
+
+    /// Adopt through the store API: the report printed, also when the
+    /// dataset does not fit (then the command fails after it).
+    pub async fn run<A: StoreApi>(self, api: &A, via: Via, out: Out) -> Result<()> {
+        let request = self.request()?;
+        match api.adopt(&self.name, &request).await {
+            Ok(report) => {
+                let report: AdoptReport = serde_json::from_value(serde_json::to_value(&report)?)?;
+                print(&report, &out)
+            }
+            Err(e) => {
+                // A refusal carries its report: shown before the error.
+                let report = match &e {
+                    ClientError::Api { error, .. } => error
+                        .details
+                        .get("adopt_report")
+                        .and_then(|r| serde_json::from_value::<AdoptReport>(r.clone()).ok()),
+                    _ => None,
+                };
+                if let Some(report) = report {
+                    print(&report, &out)?;
+                }
+                Err(failed(e, via))
+            }
+        }
     }
 }
 
-/// The report: one JSON object, or a table of the columns and a summary.
 fn print(report: &AdoptReport, out: &Out) -> Result<()> {
     if out.json {
         println!("{}", serde_json::to_string(report)?);

@@ -1,5 +1,6 @@
 //! One module per command group (the binary's `main.rs` dispatches).
 
+pub mod add;
 pub mod adopt;
 pub mod bench;
 pub mod bench_peer;
@@ -13,7 +14,7 @@ pub mod dev;
 pub mod export;
 pub mod plugin;
 pub mod plugin_new;
-pub mod remote;
+pub mod read;
 pub mod report;
 pub mod search;
 pub mod serve;

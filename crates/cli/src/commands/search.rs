@@ -7,10 +7,8 @@ use clap::Parser;
 use lance_context_client::{
     Condition, RetrieveRequest, SearchRequest, TextLeg, TextOperator, VectorLeg,
 };
-use lance_context_host::NamedStore;
 
 use crate::args::{ensure_usage, usage};
-use crate::output::Out;
 
 #[derive(Parser, Debug)]
 pub struct SearchCommand {
@@ -131,18 +129,6 @@ impl RetrieveCommand {
             conditions: parse_conditions(&self.conditions)?,
         })
     }
-}
-
-/// Run a search here.
-pub async fn search(named: &NamedStore, c: &SearchCommand, out: Out) -> Result<()> {
-    let request = c.request()?;
-    out.rows(&lance_context_host::search::search(named, request).await?)
-}
-
-/// Run a retrieval here.
-pub async fn retrieve(named: &NamedStore, c: &RetrieveCommand, out: Out) -> Result<()> {
-    let request = c.request()?;
-    out.rows(&lance_context_host::search::retrieve(named, request).await?)
 }
 
 /// A query vector: a JSON array or comma-separated numbers.

@@ -7,15 +7,15 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use lance_context_host::spec::SchemaSpec;
+use lance_context_client::StoreApi;
 use lance_context_host::{
-    CreateOptions, Embedded, EmbeddedConfig, NamedStore, PipelineError, PluginLimits,
-    PluginRuntime, Registry, Residency, SchemaSource, default_projection,
+    Embedded, EmbeddedConfig, NamedStore, PipelineError, PluginLimits, PluginRuntime, Registry,
+    Residency,
 };
 use serde::Serialize;
 
 use super::through::{self, Via};
-use super::{export, report, search};
+use super::{export, read, search};
 use crate::args::{
     AsOf, ScanArgs, StorageOption, ensure_usage, parse_kv, parse_storage_option, usage,
 };
@@ -32,9 +32,9 @@ pub struct StoreArgs {
     #[arg(long = "storage-option", value_parser = parse_storage_option, global = true)]
     storage_options: Vec<StorageOption>,
     /// Work through a running server (`lance-context serve`) at this URL
-    /// instead of opening the data root: every store command but `upgrade`,
-    /// `versions` and `export` (and `--as-of`, `add --dry-run`,
-    /// `add --reject-file`, `create --sample`), which need the data root.
+    /// instead of opening the data root: every store command but `upgrade`
+    /// and `export` (and `add --dry-run`, `add --reject-file`), which need
+    /// the data root.
     #[arg(long, global = true, value_name = "URL")]
     server: Option<String>,
     /// The bearer token for --server (default: $LANCE_CONTEXT_TOKEN).
@@ -240,7 +240,25 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
         if let Some(token) = &args.token {
             client = client.with_token(token);
         }
-        return remote(&client, args.command, out).await;
+        let local_only = |what: &str| {
+            usage(format!(
+                "{what} is not available with --server: it needs the data root (run it where the data root is)"
+            ))
+        };
+        return match args.command {
+            StoreCommand::Upgrade { .. } => Err(local_only("'upgrade'")),
+            StoreCommand::Export(_) => Err(local_only("'export'")),
+            command => {
+                through_api(
+                    &client,
+                    Via::Server,
+                    command,
+                    "no stores on the server",
+                    out,
+                )
+                .await
+            }
+        };
     }
     let runtime = Arc::new(PluginRuntime::new(
         PluginLimits::default(),
@@ -263,423 +281,191 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     }
     let registry = Registry::at(&args.root, runtime)?;
     let options: HashMap<String, String> = crate::args::options_map(&args.storage_options);
-    // The store API over the data root: a store opened per command (a read
-    // claims no writer, so a running server is not fenced).
-    let api = Embedded::new(
-        registry.clone(),
-        EmbeddedConfig {
-            storage_options: options.clone(),
-            residency: Residency::PerCall,
-            ..EmbeddedConfig::default()
-        },
-    );
-    let read = |name: String, as_of: AsOf| {
-        let registry = registry.clone();
-        let options = options.clone();
-        async move {
-            registry
-                .open_with(&name, &options, true, |c| as_of.apply(c))
-                .await
-        }
-    };
     match args.command {
-        StoreCommand::Create(c) => create(&registry, options, c, out).await,
-        StoreCommand::Adopt(c) => c.run(&registry, options, out).await,
-        StoreCommand::List => {
-            let empty = format!("no stores under {}", args.root.display());
-            through::list(&api, Via::Local, &empty, out).await
-        }
-        StoreCommand::Describe { name } => through::describe(&api, Via::Local, &name, out).await,
-        StoreCommand::Drop { name, yes } => {
-            let entry = registry.describe(&name)?;
-            ensure_usage(yes, || {
-                match entry.adopted && entry.state != lance_context_host::EntryState::Ready {
-                    true => format!(
-                        "dropping '{name}' removes its registry entry (an adoption that did not finish: {} is kept); pass --yes to do it",
-                        entry.uri
-                    ),
-                    false => format!(
-                        "dropping '{name}' deletes {} and its registry entry; pass --yes to do it",
-                        entry.uri
-                    ),
-                }
-            })?;
-            let report = registry.drop_store(&name, &options).await?;
-            let dropped = serde_json::json!({
-                "store": report.name,
-                "uri": report.uri,
-                "entry": report.entry,
-                "plugin_file": report.plugin_file,
-                "data_deleted": report.data_deleted,
-            });
-            out.item(&dropped, || {
-                format!(
-                    "dropped store '{}'\n{}  {}\nremoved entry: {}\n{}",
-                    report.name,
-                    match report.data_deleted {
-                        true => "removed data:",
-                        false => "kept data:   ",
-                    },
-                    report.uri,
-                    report.entry.display(),
-                    match &report.plugin_file {
-                        Some(p) => format!("removed plugin file: {}", p.display()),
-                        None => "kept the plugin file (another store pins it)".to_string(),
-                    }
-                )
-            })
-        }
         StoreCommand::Upgrade {
             name,
             plugin,
             sample,
-        } => {
-            let given = plugin.display().to_string();
-            let builtin = (!plugin.exists())
-                .then(|| lance_context_host::builtin_plugin_bytes(&given))
-                .flatten();
-            let (bytes, label) = match builtin {
-                Some(bytes) => (bytes.to_vec(), given.clone()),
-                None => (
-                    std::fs::read(&plugin)
-                        .with_context(|| format!("reading {}", plugin.display()))?,
-                    file_label(&given),
-                ),
-            };
-            let samples = read_samples(sample.as_deref())?;
-            let report = registry.upgrade(&name, &label, &bytes, samples).await?;
-            print_warnings(&report.probe_warnings, &out);
-            let upgraded = serde_json::json!({
-                "store": report.name,
-                "from": {"plugin": report.from.name, "version": report.from.version, "sha256": report.from.sha256},
-                "to": {"plugin": report.to.name, "version": report.to.version, "sha256": report.to.sha256},
-                "removed_plugin_file": report.removed_plugin_file,
-            });
-            out.item(&upgraded, || {
-                format!(
-                    "store '{}' now pins {} {} (sha256 {}), was {} {} (sha256 {}); the schema is unchanged{}",
-                    report.name,
-                    report.to.name,
-                    report.to.version,
-                    &report.to.sha256[..12.min(report.to.sha256.len())],
-                    report.from.name,
-                    report.from.version,
-                    &report.from.sha256[..12.min(report.from.sha256.len())],
-                    match &report.removed_plugin_file {
-                        Some(p) => format!("; removed the old plugin file {}", p.display()),
-                        None => String::new(),
-                    }
-                )
-            })
+        } => upgrade(&registry, &name, &plugin, sample.as_deref(), out).await,
+        StoreCommand::Add(c) if c.needs_the_plugin_here() => {
+            add_checked(&registry, &options, c, out).await
         }
-        StoreCommand::Add(c) => add(&registry, &options, c, out).await,
-        StoreCommand::Delete { name, ids } => {
-            let named = registry
-                .open_with(&name, &options, false, |c| c.with_manual_maintenance())
-                .await?;
-            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let result = named.delete(&ids).await;
-            named.close().await?;
-            let done = result?;
-            let deleted: Vec<lance_context_client::Deleted> = ids
-                .iter()
-                .zip(done)
-                .map(|(id, deleted)| lance_context_client::Deleted {
-                    key: id.to_string(),
-                    deleted,
-                })
-                .collect();
-            through::print_deleted(&out, &deleted)
-        }
-        StoreCommand::Status { name } => through::status(&api, Via::Local, &name, out).await,
-        StoreCommand::Upsert(c) => c.run(&api, Via::Local, out).await,
-        StoreCommand::Patch(c) => c.run(&api, Via::Local, out).await,
-        StoreCommand::Versions { name } => {
-            let named = read(name, AsOf::default()).await?;
-            let versions: Vec<_> = named
-                .versions()
-                .await?
-                .into_iter()
-                .map(|v| {
-                    serde_json::json!({
-                        "version": v.version,
-                        "timestamp": chrono::DateTime::from_timestamp_micros(v.timestamp_micros)
-                            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-                        "current": v.current,
-                    })
-                })
-                .collect();
-            out.list(
-                &versions,
-                &["version", "committed (UTC)", "current"],
-                |v| {
-                    vec![
-                        v["version"].to_string(),
-                        v["timestamp"].as_str().unwrap_or_default().to_string(),
-                        if v["current"].as_bool().unwrap_or(false) {
-                            "*".to_string()
-                        } else {
-                            String::new()
-                        },
-                    ]
+        StoreCommand::Add(c) => {
+            // The store kept open with its writer for the whole input (as a
+            // server keeps it), closed at the end.
+            let api = Embedded::new(
+                registry,
+                EmbeddedConfig {
+                    storage_options: options,
+                    residency: Residency::Resident,
+                    trusted_filters: true,
+                    ..EmbeddedConfig::default()
                 },
-                "no versions",
-            )
+            );
+            let added = c.run(&api, Via::Local, out).await;
+            let closed = api.shutdown().await;
+            added?;
+            Ok(closed?)
         }
-        StoreCommand::Merge { name } => through::merge(&api, Via::Local, &name, out).await,
-        StoreCommand::Compact { name } => through::compact(&api, Via::Local, &name, out).await,
-        StoreCommand::Index { name, column } => {
-            through::index(&api, Via::Local, &name, column.as_deref(), out).await
+        StoreCommand::Export(c) => {
+            let named = registry
+                .open_with(&c.name, &options, true, |config| c.as_of.apply(config))
+                .await?;
+            export::run(&named, c, out).await
         }
+        command => {
+            // The store API over the data root: a store opened per command
+            // (a read claims no writer, so a running server is not fenced);
+            // filters are the operator's own SQL.
+            let api = Embedded::new(
+                registry,
+                EmbeddedConfig {
+                    storage_options: options,
+                    residency: Residency::PerCall,
+                    trusted_filters: true,
+                    ..EmbeddedConfig::default()
+                },
+            );
+            let empty = format!("no stores under {}", args.root.display());
+            through_api(&api, Via::Local, command, &empty, out).await
+        }
+    }
+}
+
+/// The store commands the store API carries, one code path over either
+/// implementation: the data root's (`Embedded`) or a server's client.
+/// `upgrade`, `export` and `add --dry-run`/`--reject-file` need the data
+/// root (`run` takes them first where it is; with `--server` they are
+/// refused).
+// One arm per command, each a call: the clearest form of a dispatch.
+async fn through_api<A: StoreApi>(
+    api: &A,
+    via: Via,
+    command: StoreCommand,
+    no_stores: &str,
+    out: Out,
+) -> Result<()> {
+    match command {
+        StoreCommand::Create(c) => through::create(api, via, c.into_request()?, out).await,
+        StoreCommand::Adopt(c) => c.run(api, via, out).await,
+        StoreCommand::List => through::list(api, via, no_stores, out).await,
+        StoreCommand::Describe { name } => through::describe(api, via, &name, out).await,
+        StoreCommand::Drop { name, yes } => through::drop(api, via, &name, yes, out).await,
         StoreCommand::Get {
             name,
             ids,
             columns,
             as_of,
-        } => {
-            let named = read(name, as_of).await?;
-            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let mut projection = columns.unwrap_or_else(|| default_projection(&named.entry().spec));
-            // The key is always there: it says which records were found.
-            if !projection.contains(&named.entry().spec.key) {
-                projection.insert(0, named.entry().spec.key.clone());
-            }
-            let found = named.lookup(&ids, Some(&projection)).await?;
-            report::found(&out, &found, &named.entry().spec.key, &ids)
-        }
+        } => read::get(api, via, &name, &ids, columns, as_of.as_of, out).await,
         StoreCommand::Scan { name, scan, as_of } => {
-            let named = read(name, as_of).await?;
-            let request = scan.request(Some(default_projection(&named.entry().spec)))?;
-            out.rows(&named.scan(request).await?)
+            read::scan(api, via, &name, scan, as_of.as_of, out).await
         }
         StoreCommand::Count {
             name,
             filter,
             as_of,
-        } => {
-            let named = read(name, as_of).await?;
-            let count = named.count(filter.as_deref()).await?;
-            out.item(&serde_json::json!({ "count": count }), || count.to_string())
-        }
-        StoreCommand::Search(c) => {
-            let named = read(c.name.clone(), AsOf::default()).await?;
-            search::search(&named, &c, out).await
-        }
-        StoreCommand::Retrieve(c) => {
-            let named = read(c.name.clone(), AsOf::default()).await?;
-            search::retrieve(&named, &c, out).await
-        }
-        StoreCommand::Export(c) => {
-            let named = read(c.name.clone(), c.as_of).await?;
-            export::run(&named, c, out).await
-        }
+        } => read::count(api, via, &name, filter, as_of.as_of, out).await,
         StoreCommand::Query {
             name,
             query,
             args,
             as_of,
-        } => {
-            let named = read(name, as_of).await?;
-            let Some(query) = query else {
-                let queries: Vec<serde_json::Value> = named
-                    .spec()
-                    .queries
-                    .iter()
-                    .map(|q| {
-                        serde_json::json!({
-                            "query": q.name,
-                            "params": q.params,
-                            "description": q.description,
-                            "reduce": q.reduce,
-                        })
-                    })
-                    .collect();
-                return print_queries(&out, &queries);
-            };
-            let reduces = named
-                .spec()
-                .queries
-                .iter()
-                .any(|q| q.name == query && q.reduce);
-            if reduces {
-                let value = named.reduce(&query, &args).await?;
-                println!("{}", value.get());
-                return Ok(());
-            }
-            out.rows(&named.query(&query, &args).await?)
+        } => read::query(api, via, &name, query.as_deref(), args, as_of.as_of, out).await,
+        StoreCommand::Search(c) => read::search(api, via, &c, out).await,
+        StoreCommand::Retrieve(c) => read::retrieve(api, via, &c, out).await,
+        StoreCommand::Versions { name } => read::versions(api, via, &name, out).await,
+        StoreCommand::Delete { name, ids } => through::delete(api, via, &name, &ids, out).await,
+        StoreCommand::Upsert(c) => c.run(api, via, out).await,
+        StoreCommand::Patch(c) => c.run(api, via, out).await,
+        StoreCommand::Status { name } => through::status(api, via, &name, out).await,
+        StoreCommand::Merge { name } => through::merge(api, via, &name, out).await,
+        StoreCommand::Compact { name } => through::compact(api, via, &name, out).await,
+        StoreCommand::Index { name, column } => {
+            through::index(api, via, &name, column.as_deref(), out).await
         }
+        StoreCommand::Add(c) => c.run(api, via, out).await,
+        StoreCommand::Upgrade { .. } | StoreCommand::Export(_) => Err(usage(
+            "this command needs the data root (run it without --server)",
+        )),
     }
 }
 
-/// A schema's named queries (`store query NAME` without a query).
-fn print_queries(out: &Out, queries: &[serde_json::Value]) -> Result<()> {
-    out.list(
-        queries,
-        &["query", "arguments", "description"],
-        |q| {
-            vec![
-                q["query"].as_str().unwrap_or_default().to_string(),
-                q["params"]
-                    .as_array()
-                    .map(|ps| {
-                        ps.iter()
-                            .map(|p| format!("--arg {}=…", p.as_str().unwrap_or("")))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-                    .unwrap_or_default(),
-                format!(
-                    "{}{}",
-                    q["description"].as_str().unwrap_or_default(),
-                    if q["reduce"].as_bool().unwrap_or(false) {
-                        " (reduces to JSON)"
-                    } else {
-                        ""
-                    }
-                ),
-            ]
-        },
-        "the schema declares no named queries",
-    )
-}
-
-/// The store commands through a server (`--server`): those the store API
-/// carries run the same code as where the data root is.
-async fn remote(
-    client: &lance_context_client::Client,
-    command: StoreCommand,
+/// `store upgrade`: replace a store's plugin by a new build declaring the
+/// same schema (a built-in's name picks this binary's own build).
+async fn upgrade(
+    registry: &Registry,
+    name: &str,
+    plugin: &Path,
+    sample: Option<&Path>,
     out: Out,
 ) -> Result<()> {
-    use super::remote;
-    use lance_context_client::StoreApi as _;
-    const VIA: Via = Via::Server;
-    let failed = |e| through::failed(e, VIA);
-    let local_only = |what: &str| {
-        usage(format!(
-            "{what} is not available with --server: it needs the data root (run it where the data root is)"
-        ))
+    let given = plugin.display().to_string();
+    let builtin = (!plugin.exists())
+        .then(|| lance_context_host::builtin_plugin_bytes(&given))
+        .flatten();
+    let (bytes, label) = match builtin {
+        Some(bytes) => (bytes.to_vec(), given.clone()),
+        None => (
+            std::fs::read(plugin).with_context(|| format!("reading {}", plugin.display()))?,
+            file_label(&given),
+        ),
     };
-    let no_as_of = |as_of: &AsOf| {
-        ensure_usage(as_of.as_of.is_none(), || {
-            "--as-of is not available with --server".into()
-        })
-    };
-    match command {
-        StoreCommand::Create(c) => remote::create(client, c.into_request()?, out).await,
-        StoreCommand::Adopt(c) => c.remote(client, out).await,
-        StoreCommand::List => through::list(client, VIA, "no stores on the server", out).await,
-        StoreCommand::Describe { name } => through::describe(client, VIA, &name, out).await,
-        StoreCommand::Drop { name, yes } => {
-            ensure_usage(yes, || {
-                format!(
-                    "dropping '{name}' deletes its data and registry entry on the server; pass --yes to do it"
-                )
-            })?;
-            remote::drop(client, &name, out).await
-        }
-        StoreCommand::Add(c) => {
-            ensure_usage(!c.dry_run, || {
-                "--dry-run is not available with --server".into()
-            })?;
-            ensure_usage(c.reject_file.is_none(), || {
-                "--reject-file is not available with --server (the server refuses a batch whole)"
-                    .into()
-            })?;
-            ensure_usage(c.batch_rows > 0, || {
-                "--batch-rows must be at least 1".into()
-            })?;
-            remote::add(
-                client,
-                &c.name,
-                c.file.as_ref(),
-                c.format,
-                c.batch_rows,
-                out,
-            )
-            .await
-        }
-        StoreCommand::Get {
-            name,
-            ids,
-            columns,
-            as_of,
-        } => {
-            ensure_usage(columns.is_none(), || {
-                "--columns is not available with --server".into()
-            })?;
-            no_as_of(&as_of)?;
-            remote::get(client, &name, &ids, out).await
-        }
-        StoreCommand::Scan { name, scan, as_of } => {
-            no_as_of(&as_of)?;
-            remote::scan(client, &name, scan, out).await
-        }
-        StoreCommand::Count {
-            name,
-            filter,
-            as_of,
-        } => {
-            no_as_of(&as_of)?;
-            let count = remote::count(client, &name, filter).await?;
-            out.item(&serde_json::json!({ "count": count }), || count.to_string())
-        }
-        StoreCommand::Query {
-            name,
-            query: Some(query),
-            args,
-            as_of,
-        } => {
-            no_as_of(&as_of)?;
-            remote::query(client, &name, &query, &args, out).await
-        }
-        StoreCommand::Query {
-            name,
-            query: None,
-            as_of: _,
-            ..
-        } => {
-            let info = client.describe_store(&name).await.map_err(failed)?;
-            let queries: Vec<serde_json::Value> = info.spec["queries"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|q| {
-                    serde_json::json!({
-                        "query": q["name"],
-                        "params": q["params"],
-                        "description": q["description"],
-                        "reduce": q["reduce"].as_bool().unwrap_or(false),
-                    })
-                })
-                .collect();
-            print_queries(&out, &queries)
-        }
-        StoreCommand::Search(c) => {
-            let records = client
-                .search(&c.name, &c.request()?)
-                .await
-                .map_err(failed)?;
-            out.values(&records.values()?)
-        }
-        StoreCommand::Retrieve(c) => {
-            let records = client
-                .retrieve(&c.name, &c.request()?)
-                .await
-                .map_err(failed)?;
-            out.values(&records.values()?)
-        }
-        StoreCommand::Delete { name, ids } => remote::delete(client, &name, &ids, out).await,
-        StoreCommand::Upsert(c) => c.run(client, VIA, out).await,
-        StoreCommand::Patch(c) => c.run(client, VIA, out).await,
-        StoreCommand::Status { name } => through::status(client, VIA, &name, out).await,
-        StoreCommand::Merge { name } => through::merge(client, VIA, &name, out).await,
-        StoreCommand::Compact { name } => through::compact(client, VIA, &name, out).await,
-        StoreCommand::Index { name, column } => {
-            through::index(client, VIA, &name, column.as_deref(), out).await
-        }
-        StoreCommand::Upgrade { .. } => Err(local_only("'upgrade'")),
-        StoreCommand::Versions { .. } => Err(local_only("'versions'")),
-        StoreCommand::Export(_) => Err(local_only("'export'")),
+    let samples = read_samples(sample)?;
+    let report = registry.upgrade(name, &label, &bytes, samples).await?;
+    print_warnings(&report.probe_warnings, &out);
+    let upgraded = serde_json::json!({
+        "store": report.name,
+        "from": {"plugin": report.from.name, "version": report.from.version, "sha256": report.from.sha256},
+        "to": {"plugin": report.to.name, "version": report.to.version, "sha256": report.to.sha256},
+        "removed_plugin_file": report.removed_plugin_file,
+    });
+    out.item(&upgraded, || {
+        format!(
+            "store '{}' now pins {} {} (sha256 {}), was {} {} (sha256 {}); the schema is unchanged{}",
+            report.name,
+            report.to.name,
+            report.to.version,
+            &report.to.sha256[..12.min(report.to.sha256.len())],
+            report.from.name,
+            report.from.version,
+            &report.from.sha256[..12.min(report.from.sha256.len())],
+            match &report.removed_plugin_file {
+                Some(p) => format!("; removed the old plugin file {}", p.display()),
+                None => String::new(),
+            }
+        )
+    })
+}
+
+impl AddCommand {
+    /// Whether it checks or sets records aside: the plugin run in this
+    /// process (`add_checked`), where the data root is.
+    fn needs_the_plugin_here(&self) -> bool {
+        self.dry_run || self.reject_file.is_some()
+    }
+
+    /// `store add` through the store API, a batch per call (a dry run or a
+    /// reject file needs the data root: refused here).
+    async fn run<A: StoreApi>(self, api: &A, via: Via, out: Out) -> Result<()> {
+        ensure_usage(!self.dry_run, || {
+            "--dry-run is not available with --server".into()
+        })?;
+        ensure_usage(self.reject_file.is_none(), || {
+            "--reject-file is not available with --server (the server refuses a batch whole)".into()
+        })?;
+        ensure_usage(self.batch_rows > 0, || {
+            "--batch-rows must be at least 1".into()
+        })?;
+        super::add::add(
+            api,
+            via,
+            &self.name,
+            self.file.as_ref(),
+            self.format,
+            self.batch_rows,
+            out,
+        )
+        .await
     }
 }
 
@@ -689,12 +475,13 @@ impl CreateCommand {
     /// string).
     fn into_request(self) -> Result<lance_context_client::CreateStore> {
         use base64::Engine as _;
-        ensure_usage(self.sample.is_none(), || {
-            "--sample is not available with --server".into()
-        })?;
         let mut create = lance_context_client::CreateStore {
             name: self.name,
             uri: self.uri,
+            samples: match &self.sample {
+                Some(path) => sample_records(path)?,
+                None => Vec::new(),
+            },
             ..Default::default()
         };
         match (self.plugin, self.spec) {
@@ -710,6 +497,7 @@ impl CreateCommand {
                 let bytes = std::fs::read(&p).with_context(|| format!("reading {p}"))?;
                 create.plugin_wasm_base64 =
                     Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+                create.plugin_file_name = Some(file_label(&p));
             }
             (Some(p), None) => create.plugin = Some(p),
             (None, None) => return Err(usage("give --plugin or --spec")),
@@ -722,67 +510,9 @@ impl CreateCommand {
     }
 }
 
-async fn create(
-    registry: &Registry,
-    options: HashMap<String, String>,
-    c: CreateCommand,
-    out: Out,
-) -> Result<()> {
-    let source = match (c.plugin, c.spec) {
-        (_, Some(file)) => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            SchemaSource::Spec(SchemaSpec::from_json(&text)?)
-        }
-        (Some(p), None) if p.ends_with(".wasm") || p.contains('/') => {
-            let bytes = std::fs::read(&p).with_context(|| format!("reading {p}"))?;
-            SchemaSource::Plugin {
-                label: file_label(&p),
-                bytes,
-            }
-        }
-        (Some(p), None) => SchemaSource::Builtin(p),
-        (None, None) => return Err(usage("give --plugin or --spec")),
-    };
-    let named = registry
-        .create(
-            &c.name,
-            CreateOptions {
-                source,
-                params: c.params,
-                uri: c.uri,
-                storage_options: options,
-                probe_samples: read_samples(c.sample.as_deref())?,
-            },
-        )
-        .await?;
-    named.close().await?;
-    // The probe passed (or the create was refused); its warnings are for
-    // the plugin's author: say them.
-    print_warnings(named.probe_warnings(), &out);
-    let e = named.entry();
-    let created = serde_json::json!({
-        "store": e.name,
-        "uri": e.uri,
-        "columns": e.spec.columns.len(),
-        "plugin": e.plugin.name,
-        "plugin_version": e.plugin.version,
-        "sha256": e.plugin.sha256,
-    });
-    out.item(&created, || {
-        format!(
-            "created store '{}' at {} ({} columns, plugin {} {} sha256 {})",
-            e.name,
-            e.uri,
-            e.spec.columns.len(),
-            e.plugin.name,
-            e.plugin.version,
-            &e.plugin.sha256[..12.min(e.plugin.sha256.len())]
-        )
-    })
-}
-
-async fn add(
+/// `store add --dry-run` / `--reject-file`: the plugin run in this process
+/// on every chunk (a dry run claims no writer).
+async fn add_checked(
     registry: &Registry,
     options: &HashMap<String, String>,
     c: AddCommand,
@@ -944,6 +674,26 @@ impl Rejects {
     }
 }
 
+/// What happened to the input so far: the outermost words of a refusal.
+fn stopped_at(added: usize, dry_run: bool) -> String {
+    if dry_run {
+        format!("dry run stopped ({added} valid record(s) before this batch)")
+    } else if added == 0 {
+        "refused, nothing added".to_string()
+    } else {
+        format!("refused, {added} record(s) added before this batch")
+    }
+}
+
+/// One chunk of the input, being added.
+struct Pending {
+    batch: arrow_array::RecordBatch,
+    positions: crate::input::Positions,
+    texts: Option<Vec<String>>,
+    /// Its records set aside (for the reject file), in any order.
+    set_aside: Vec<crate::input::Refusal>,
+}
+
 /// Add (or, dry, only prepare) every chunk; (records, batches). A refused
 /// chunk stops the run — its problems are printed by line or row, earlier
 /// chunks stay — unless `rejects` is given: then refused records are written
@@ -957,16 +707,6 @@ async fn add_chunks(
     mut rejects: Option<&mut Rejects>,
 ) -> Result<(usize, usize)> {
     let (mut added, mut batches) = (0usize, 0usize);
-    // The outermost words of the error: what happened to the input so far.
-    let stopped = |added: usize| {
-        if dry_run {
-            format!("dry run stopped ({added} valid record(s) before this batch)")
-        } else if added == 0 {
-            "refused, nothing added".to_string()
-        } else {
-            format!("refused, {added} record(s) added before this batch")
-        }
-    };
     loop {
         let chunk = match input.next_chunk(named.plugin()) {
             Ok(Some(chunk)) => chunk,
@@ -975,183 +715,44 @@ async fn add_chunks(
                 if !json_errors {
                     print_listed(bar, &crate::exit::details(&e)["input_errors"], "refused");
                 }
-                return Err(e.context(stopped(added)));
+                return Err(e.context(stopped_at(added, dry_run)));
             }
         };
-        let crate::input::Chunk {
-            batch,
-            mut positions,
-            mut texts,
-            refused,
-        } = chunk;
         // The chunk's refused records, written in input order once the
         // chunk is done.
-        let mut set_aside = refused;
-        let Some(mut batch) = batch else {
+        let Some(batch) = chunk.batch else {
             if let Some(r) = rejects.as_deref_mut() {
-                r.write_all(set_aside)?;
+                r.write_all(chunk.refused)?;
             }
             continue;
         };
-        // With a reject file, rows refused one by one — by the plugin (each
-        // confirmed to fail on its own) or by the engine (a key that exists,
-        // a repeat in the batch) — are set aside and the rest tried again;
-        // each round removes at least one row. A refusal that depends on
-        // other rows of the batch refuses the batch as without a reject file.
-        let outcome = loop {
-            let result = if dry_run {
-                lance_context_host::prepare(named.plugin(), &batch, 0)
-                    .await
-                    .map(|_| ())
-            } else {
-                named.add(&batch).await.map(|_| ())
-            };
-            if rejects.is_none() {
-                break result;
-            }
-            let Some(by_row) = refused_rows(named, &batch, &positions, &result).await else {
-                break result;
-            };
-            let rows: Vec<usize> = by_row.keys().copied().collect();
-            let records = match &texts {
-                Some(texts) => rows
-                    .iter()
-                    .map(|&row| {
-                        let text = texts.get(row).map(String::as_str).unwrap_or_default();
-                        serde_json::from_str(text)
-                            .unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
-                    })
-                    .collect(),
-                None => crate::input::rows_as_json(&batch, &rows),
-            };
-            for ((row, reasons), record) in by_row.into_iter().zip(records) {
-                let (unit, at) = positions.at(row);
-                set_aside.push(crate::input::Refusal {
-                    unit,
-                    at,
-                    record,
-                    raw_base64: None,
-                    errors: reasons,
-                });
-            }
-            let keep: Vec<bool> = (0..batch.num_rows()).map(|i| !rows.contains(&i)).collect();
-            positions.retain(&keep);
-            if let Some(texts) = texts.as_mut() {
-                crate::input::retain_mask(texts, &keep);
-            }
-            if positions.len() == 0 {
-                break Ok(());
-            }
-            batch = arrow_select::filter::filter_record_batch(
-                &batch,
-                &arrow_array::BooleanArray::from(keep),
-            )?;
+        let mut pending = Pending {
+            batch,
+            positions: chunk.positions,
+            texts: chunk.texts,
+            set_aside: chunk.refused,
         };
+        let outcome = settle(named, &mut pending, dry_run, rejects.is_some()).await?;
         if let Some(r) = rejects.as_deref_mut() {
-            r.write_all(set_aside)?;
+            r.write_all(std::mem::take(&mut pending.set_aside))?;
         }
-        let rows = positions.len();
+        let rows = pending.positions.len();
         match outcome {
             Ok(()) => {
                 added += rows;
                 batches += usize::from(rows > 0);
             }
-            Err(PipelineError::Plugin(e)) if e.row_errors().is_some() => {
-                let errors = e.row_errors().unwrap_or_default();
-                let listed: Vec<serde_json::Value> = errors
-                    .iter()
-                    .map(|r| {
-                        serde_json::json!({
-                            "at": positions.name(r.row as usize),
-                            "column": r.column,
-                            "code": r.code,
-                            "message": r.message,
-                        })
-                    })
-                    .collect();
-                if !json_errors {
-                    print_listed(bar, &serde_json::Value::Array(listed.clone()), "rejected");
-                }
-                let records: std::collections::BTreeSet<u32> =
-                    errors.iter().map(|r| r.row).collect();
-                let more = match e {
-                    lance_context_host::PluginError::Rejected { total, .. }
-                        if total > errors.len() =>
-                    {
-                        format!(
-                            " ({total} problems in all; the first {} listed)",
-                            errors.len()
-                        )
-                    }
-                    _ => String::new(),
-                };
-                // With a reject file, a refusal reaches here only when no
-                // refused record fails on its own (see `refused_rows`).
-                let not_set_aside = if rejects.is_some() {
-                    "; not set aside in the reject file: no refused record fails on its own, \
-                     so the refusal is about the batch (e.g. a key repeated within it): fix \
-                     the input"
-                } else {
-                    ""
-                };
-                return Err(crate::exit::Refused {
-                    kind: lance_context_host::ErrorKind::Rejected,
-                    message: format!(
-                        "{}: the plugin rejected {} record(s) of the batch from {}{more}{}{not_set_aside}",
-                        stopped(added),
-                        records.len(),
-                        positions.start(),
-                        if json_errors { "" } else { " (listed above)" }
-                    ),
-                    details: serde_json::json!({ "row_errors": listed }),
-                }
-                .into());
-            }
-            Err(PipelineError::Store(e)) if e.is_fenced() => {
-                // The batch may or may not be durable: say so, and how to
-                // retry (newest wins, unless keys are unique).
-                let retry = if named
-                    .spec()
-                    .has(lance_context_host::spec::Capability::UniqueKeys)
-                {
-                    "this store's keys are unique: look its ids up and add again only the records not found (a record stored already is refused as existing)"
-                } else {
-                    "re-adding it is safe, newest wins"
-                };
-                let at = format!(
-                    "the batch from {}: its outcome is unknown (another writer claimed the store meanwhile; {retry})",
-                    positions.start()
-                );
-                return Err(anyhow::Error::new(PipelineError::Store(e))
-                    .context(at)
-                    .context(format!(
-                        "stopped, {added} record(s) added before this batch"
-                    )));
-            }
-            Err(PipelineError::Store(err))
-                if err.batch_problem().and_then(|p| p.row()).is_some() =>
-            {
-                // The engine refused one record: say which by its line.
-                let problem = err.batch_problem().expect("checked above");
-                let row = problem.row().expect("checked above");
-                let at = positions.name(row);
-                return Err(crate::exit::Refused {
-                    kind: lance_context_host::ErrorKind::from(err.kind()),
-                    message: format!(
-                        "{}: {at}: {}",
-                        stopped(added),
-                        problem_text(problem, &positions)
-                    ),
-                    details: serde_json::json!({"at": at, "column": problem.column()}),
-                }
-                .into());
-            }
             Err(e) => {
-                let at = match &e {
-                    PipelineError::InvalidInput { row: Some(row), .. } => positions.name(*row),
-                    _ => format!("the batch from {}", positions.start()),
+                let refusal = ChunkRefusal {
+                    named,
+                    positions: &pending.positions,
+                    added,
+                    dry_run,
+                    json_errors,
+                    bar,
+                    with_rejects: rejects.is_some(),
                 };
-                return Err(anyhow::Error::new(e).context(at).context(stopped(added)));
+                return Err(refusal.of(e));
             }
         }
         match input.total {
@@ -1164,6 +765,202 @@ async fn add_chunks(
         ));
     }
     Ok((added, batches))
+}
+
+/// Add (or, dry, prepare) a chunk: with a reject file, until what is left
+/// of it is accepted or its refusal is about the batch.
+async fn settle(
+    named: &NamedStore,
+    pending: &mut Pending,
+    dry_run: bool,
+    with_rejects: bool,
+) -> Result<Result<(), PipelineError>> {
+    let Pending {
+        batch,
+        positions,
+        texts,
+        set_aside,
+    } = pending;
+    // With a reject file, rows refused one by one — by the plugin (each
+    // confirmed to fail on its own) or by the engine (a key that exists,
+    // a repeat in the batch) — are set aside and the rest tried again;
+    // each round removes at least one row. A refusal that depends on
+    // other rows of the batch refuses the batch as without a reject file.
+    loop {
+        let result = if dry_run {
+            lance_context_host::prepare(named.plugin(), batch, 0)
+                .await
+                .map(|_| ())
+        } else {
+            named.add(batch).await.map(|_| ())
+        };
+        if !with_rejects {
+            return Ok(result);
+        }
+        let Some(by_row) = refused_rows(named, batch, positions, &result).await else {
+            return Ok(result);
+        };
+        let rows: Vec<usize> = by_row.keys().copied().collect();
+        let records = match texts.as_ref() {
+            Some(texts) => rows
+                .iter()
+                .map(|&row| {
+                    let text = texts.get(row).map(String::as_str).unwrap_or_default();
+                    serde_json::from_str(text)
+                        .unwrap_or_else(|_| serde_json::Value::String(text.to_string()))
+                })
+                .collect(),
+            None => crate::input::rows_as_json(batch, &rows),
+        };
+        for ((row, reasons), record) in by_row.into_iter().zip(records) {
+            let (unit, at) = positions.at(row);
+            set_aside.push(crate::input::Refusal {
+                unit,
+                at,
+                record,
+                raw_base64: None,
+                errors: reasons,
+            });
+        }
+        let keep: Vec<bool> = (0..batch.num_rows()).map(|i| !rows.contains(&i)).collect();
+        positions.retain(&keep);
+        if let Some(texts) = texts.as_mut() {
+            crate::input::retain_mask(texts, &keep);
+        }
+        if positions.len() == 0 {
+            return Ok(Ok(()));
+        }
+        *batch = arrow_select::filter::filter_record_batch(
+            batch,
+            &arrow_array::BooleanArray::from(keep),
+        )?;
+    }
+}
+
+/// A chunk's refusal, said in the input's terms.
+struct ChunkRefusal<'a> {
+    named: &'a NamedStore,
+    positions: &'a crate::input::Positions,
+    /// Records added before the chunk.
+    added: usize,
+    dry_run: bool,
+    json_errors: bool,
+    bar: &'a indicatif::ProgressBar,
+    /// Whether refused records go to a reject file (then a refusal that
+    /// reaches here is about the batch, not a record).
+    with_rejects: bool,
+}
+
+impl ChunkRefusal<'_> {
+    /// The error to stop with: the plugin's rejections listed by line or
+    /// row, a fenced writer's unknown outcome, the engine's refusal of one
+    /// record by its line, or any other error with the batch's place.
+    fn of(&self, e: PipelineError) -> anyhow::Error {
+        let Self {
+            positions, added, ..
+        } = *self;
+        let stopped = stopped_at(added, self.dry_run);
+        match e {
+            PipelineError::Plugin(e) if e.row_errors().is_some() => self.rejected(&e),
+            PipelineError::Store(e) if e.is_fenced() => {
+                // The batch may or may not be durable: say so, and how to
+                // retry (newest wins, unless keys are unique).
+                let retry = if self
+                    .named
+                    .spec()
+                    .has(lance_context_host::spec::Capability::UniqueKeys)
+                {
+                    "this store's keys are unique: look its ids up and add again only the records not found (a record stored already is refused as existing)"
+                } else {
+                    "re-adding it is safe, newest wins"
+                };
+                let at = format!(
+                    "the batch from {}: its outcome is unknown (another writer claimed the store meanwhile; {retry})",
+                    positions.start()
+                );
+                anyhow::Error::new(PipelineError::Store(e))
+                    .context(at)
+                    .context(format!(
+                        "stopped, {added} record(s) added before this batch"
+                    ))
+            }
+            PipelineError::Store(err) if err.batch_problem().and_then(|p| p.row()).is_some() => {
+                // The engine refused one record: say which by its line.
+                let problem = err.batch_problem().expect("checked above");
+                let row = problem.row().expect("checked above");
+                let at = positions.name(row);
+                crate::exit::Refused {
+                    kind: lance_context_host::ErrorKind::from(err.kind()),
+                    message: format!("{stopped}: {at}: {}", problem_text(problem, positions)),
+                    details: serde_json::json!({"at": at, "column": problem.column()}),
+                }
+                .into()
+            }
+            e => {
+                let at = match &e {
+                    PipelineError::InvalidInput { row: Some(row), .. } => positions.name(*row),
+                    _ => format!("the batch from {}", positions.start()),
+                };
+                anyhow::Error::new(e).context(at).context(stopped)
+            }
+        }
+    }
+
+    /// The plugin's rejections, listed by line or row (on stderr unless
+    /// `--json`, and in the details).
+    fn rejected(&self, e: &lance_context_host::PluginError) -> anyhow::Error {
+        let (positions, json_errors) = (self.positions, self.json_errors);
+        let errors = e.row_errors().unwrap_or_default();
+        let listed: Vec<serde_json::Value> = errors
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "at": positions.name(r.row as usize),
+                    "column": r.column,
+                    "code": r.code,
+                    "message": r.message,
+                })
+            })
+            .collect();
+        if !json_errors {
+            print_listed(
+                self.bar,
+                &serde_json::Value::Array(listed.clone()),
+                "rejected",
+            );
+        }
+        let records: std::collections::BTreeSet<u32> = errors.iter().map(|r| r.row).collect();
+        let more = match e {
+            lance_context_host::PluginError::Rejected { total, .. } if *total > errors.len() => {
+                format!(
+                    " ({total} problems in all; the first {} listed)",
+                    errors.len()
+                )
+            }
+            _ => String::new(),
+        };
+        // With a reject file, a refusal reaches here only when no refused
+        // record fails on its own (see `refused_rows`).
+        let not_set_aside = if self.with_rejects {
+            "; not set aside in the reject file: no refused record fails on its own, \
+             so the refusal is about the batch (e.g. a key repeated within it): fix \
+             the input"
+        } else {
+            ""
+        };
+        crate::exit::Refused {
+            kind: lance_context_host::ErrorKind::Rejected,
+            message: format!(
+                "{}: the plugin rejected {} record(s) of the batch from {}{more}{}{not_set_aside}",
+                stopped_at(self.added, self.dry_run),
+                records.len(),
+                positions.start(),
+                if json_errors { "" } else { " (listed above)" }
+            ),
+            details: serde_json::json!({ "row_errors": listed }),
+        }
+        .into()
+    }
 }
 
 /// The rows of `batch` that `result` refuses one by one, with why: the
@@ -1261,6 +1058,29 @@ pub(crate) fn file_label(path: &str) -> String {
         .unwrap_or_else(|| path.to_string())
 }
 
+/// The records of a `--sample` file (JSON Lines; blank lines skipped).
+fn sample_records(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| usage(format!("{} line {}: not JSON: {e}", path.display(), i + 1)))?;
+        ensure_usage(record.is_object(), || {
+            format!(
+                "{} line {}: a record is a JSON object",
+                path.display(),
+                i + 1
+            )
+        })?;
+        records.push(record);
+    }
+    Ok(records)
+}
+
 fn read_samples(path: Option<&Path>) -> Result<Option<Vec<u8>>> {
     path.map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
         .transpose()
@@ -1306,7 +1126,7 @@ fn problem_text(
 
 /// Print listed problems (`[{"at", "column", "code"?, "message"}]`) on
 /// stderr, one per line: `rejected: line 3, column 'x': message (code)`.
-fn print_listed(bar: &indicatif::ProgressBar, listed: &serde_json::Value, verb: &str) {
+pub(crate) fn print_listed(bar: &indicatif::ProgressBar, listed: &serde_json::Value, verb: &str) {
     let Some(listed) = listed.as_array() else {
         return;
     };

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use lance_context_client::{
-    ClientError, CompactionReport, Deleted, MergeReport, StoreApi, StoreInfo, StoreStatus,
+    ClientError, CompactionReport, CreateStore, Deleted, MergeReport, StoreApi, StoreInfo,
+    StoreStatus,
 };
 use serde_json::Value;
 
@@ -143,6 +144,120 @@ impl PatchCommand {
             )
         })
     }
+}
+
+/// `store create`: a store from a built-in plugin, a component or a spec;
+/// the probe's warnings about its plugin (for the plugin's author) on
+/// stderr.
+pub async fn create<A: StoreApi>(api: &A, via: Via, create: CreateStore, out: Out) -> Result<()> {
+    let info = api
+        .create_store(&create)
+        .await
+        .map_err(|e| failed(e, via))?;
+    if !out.json_errors {
+        for w in &info.probe_warnings {
+            eprintln!("warning: {}", crate::exit::printable(w));
+        }
+    }
+    let columns = info.spec["columns"].as_array().map_or(0, Vec::len);
+    let created = serde_json::json!({
+        "store": info.name,
+        "uri": info.uri,
+        "columns": columns,
+        "plugin": info.plugin.name,
+        "plugin_version": info.plugin.version,
+        "sha256": info.plugin.sha256,
+    });
+    out.item(&created, || {
+        format!(
+            "created store '{}' at {} ({columns} columns, plugin {} {} sha256 {}){}",
+            info.name,
+            info.uri,
+            info.plugin.name,
+            info.plugin.version,
+            &info.plugin.sha256[..12.min(info.plugin.sha256.len())],
+            through_the(via)
+        )
+    })
+}
+
+/// " through the server" when it is.
+fn through_the(via: Via) -> &'static str {
+    match via {
+        Via::Local => "",
+        Via::Server => " through the server",
+    }
+}
+
+/// `store drop`: only with `yes` (else a usage error saying what it would
+/// delete).
+pub async fn drop<A: StoreApi>(api: &A, via: Via, name: &str, yes: bool, out: Out) -> Result<()> {
+    if !yes {
+        let info = api.describe_store(name).await.map_err(|e| failed(e, via))?;
+        let place = match via {
+            Via::Local => "",
+            Via::Server => " on the server",
+        };
+        return Err(usage(match info.adopted && info.state != "ready" {
+            true => format!(
+                "dropping '{name}' removes its registry entry{place} (an adoption that did not finish: {} is kept); pass --yes to do it",
+                info.uri
+            ),
+            false => format!(
+                "dropping '{name}' deletes {} and its registry entry{place}; pass --yes to do it",
+                info.uri
+            ),
+        }));
+    }
+    let dropped = api.drop_store(name).await.map_err(|e| failed(e, via))?;
+    out.item(&dropped, || {
+        format!(
+            "dropped store '{}'{}\n{}  {}\n{}",
+            dropped.store,
+            through_the(via),
+            match dropped.data_deleted {
+                true => "removed data:",
+                false => "kept data:   ",
+            },
+            dropped.uri,
+            match dropped.plugin_file_removed {
+                true => "removed its plugin file (no other store pins it)",
+                false => "no plugin file removed (a built-in, a spec, or pinned by another store)",
+            }
+        )
+    })
+}
+
+/// `store delete`: the keys deleted in writes of at most 10,000; a row per
+/// key ([`Deleted`]). A failure says which keys were deleted before it.
+pub async fn delete<A: StoreApi>(
+    api: &A,
+    via: Via,
+    name: &str,
+    keys: &[String],
+    out: Out,
+) -> Result<()> {
+    let mut deleted: Vec<Deleted> = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(10_000) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        match api.delete_many(name, &chunk).await {
+            Ok(done) => deleted.extend(done),
+            Err(e) if deleted.iter().any(|d| d.deleted) => {
+                let done: Vec<&str> = deleted
+                    .iter()
+                    .filter(|d| d.deleted)
+                    .map(|d| d.key.as_str())
+                    .collect();
+                return Err(failed(e, via).context(format!(
+                    "deleting '{}' and the keys after it (deleted before: {})",
+                    chunk[0],
+                    done.join(", ")
+                )));
+            }
+            Err(e) => return Err(failed(e, via)),
+        }
+    }
+    print_deleted(&out, &deleted)
 }
 
 /// `store status`.

@@ -1,8 +1,10 @@
-//! Maintenance and state: merge, compact, index, stats.
+//! Maintenance and state: merge, compact, index, stats, versions.
 
 use std::time::Instant;
 
-use lance_context_client::{CompactionReport, IndexBuilt, Indexed, MergeReport, StoreStatus};
+use lance_context_client::{
+    CompactionReport, IndexBuilt, Indexed, MergeReport, StoreStatus, TableVersion,
+};
 
 use super::{Access, ApiError, Embedded};
 
@@ -70,6 +72,24 @@ impl Embedded {
                 indexed: columns,
                 indexes,
             })
+        })
+        .await
+    }
+
+    pub(super) async fn table_versions(&self, name: &str) -> Result<Vec<TableVersion>, ApiError> {
+        self.on_store(name, Access::Read, |store| async move {
+            Ok(store
+                .named
+                .versions()
+                .await?
+                .into_iter()
+                .map(|v| TableVersion {
+                    version: v.version,
+                    timestamp: chrono::DateTime::from_timestamp_micros(v.timestamp_micros)
+                        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+                    current: v.current,
+                })
+                .collect())
         })
         .await
     }

@@ -119,7 +119,7 @@ impl ApiError {
             if let Some(problem) = store_error.and_then(lance_context_store::Error::batch_problem)
                 && let Some(row) = problem.row()
             {
-                e.details = json!({"record": row, "column": problem.column()});
+                e.details = problem_details(problem, row);
                 break;
             }
             // An adoption refused: the whole column-by-column report.
@@ -150,6 +150,28 @@ impl ApiError {
         }
         e
     }
+}
+
+/// The engine's refusal of record `row`: which record and column, and
+/// the problem in words without the request-relative `row N: ` (a caller
+/// names the record its own way: a line of its file); a repeat within the
+/// request also names the record it repeats (`first_record`) and the
+/// repeated `value`.
+fn problem_details(problem: &lance_context_store::BatchProblem, row: usize) -> Value {
+    let text = problem.to_string();
+    let said = text
+        .strip_prefix(&format!("row {row}: "))
+        .unwrap_or(&text)
+        .to_string();
+    let mut details = json!({"record": row, "column": problem.column(), "problem": said});
+    if let lance_context_store::BatchProblem::DuplicateInBatch {
+        first_row, value, ..
+    } = problem
+    {
+        details["first_record"] = json!(first_row);
+        details["value"] = json!(value);
+    }
+    details
 }
 
 /// Whether the engine refused because the store's writer was fenced.

@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lance_context_client::{
-    Added, AdoptStore, Adopted, ApiResult, CompactionReport, CreateStore, Deleted, Dropped,
-    Indexed, ListParams, MergeReport, Page, Patched, QueryResult, RecordsBody, RetrieveRequest,
-    Rows, SearchRequest, StoreApi, StoreInfo, StoreStatus, UpsertResult,
+    Added, AdoptStore, Adopted, ApiResult, CompactionReport, CountParams, Counted, CreateStore,
+    Deleted, Dropped, GetMany, Indexed, ListParams, MergeReport, Page, Patched, QueryRequest,
+    QueryResult, RecordsBody, RetrieveRequest, Rows, SearchRequest, StoreApi, StoreInfo,
+    StoreStatus, TableVersion, UpsertResult,
 };
 use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell, Semaphore};
@@ -56,6 +57,13 @@ pub struct EmbeddedConfig {
     pub allowed_uri_prefixes: Option<Vec<String>>,
     /// Whether stores stay open between operations.
     pub residency: Residency,
+    /// Whether a caller's filters are trusted SQL: any predicate the query
+    /// engine evaluates (function calls included), for a tool run by the
+    /// data root's owner. `false` (a service's choice): plain predicates
+    /// only — columns, literals, comparisons, AND/OR/NOT, IN, BETWEEN,
+    /// LIKE, IS NULL — so that a request cannot make the host run
+    /// arbitrary SQL.
+    pub trusted_filters: bool,
 }
 
 /// Whether a store stays open between operations.
@@ -77,13 +85,24 @@ pub enum Residency {
 pub(crate) enum Access {
     /// Reads only.
     Read,
+    /// Reads the base table at a version (`as_of`): the store opened
+    /// read-only at that version for this operation, whatever the
+    /// residency.
+    ReadAt(u64),
     /// Writes (claims the writer when stores are opened per call).
     Write,
 }
 
+impl Access {
+    /// A read, at `as_of` when one is given.
+    pub(crate) fn read(as_of: Option<u64>) -> Self {
+        as_of.map_or(Self::Read, Self::ReadAt)
+    }
+}
+
 impl Default for EmbeddedConfig {
     /// 32 operations per store, a 2 s queue wait, no deadline, any uri,
-    /// stores kept open.
+    /// stores kept open, plain filters only.
     fn default() -> Self {
         Self {
             storage_options: HashMap::new(),
@@ -92,6 +111,7 @@ impl Default for EmbeddedConfig {
             deadline: None,
             allowed_uri_prefixes: None,
             residency: Residency::Resident,
+            trusted_filters: false,
         }
     }
 }
@@ -208,23 +228,40 @@ impl Embedded {
 
     /// The store, opened (with its writer) on first use and kept. The map
     /// is locked only to find the store's cell: opening one store does not
-    /// hold operations on the others.
-    async fn open(&self, name: &str) -> Result<Arc<OpenStore>, ApiError> {
+    /// hold operations on the others. The open runs in a task of its own
+    /// (a caller that stops waiting — past its deadline — does not cut an
+    /// open half-way: it finishes, and the next operation finds the store
+    /// open); waited for until `until` when given (then `deadline`).
+    async fn open(
+        &self,
+        name: &str,
+        until: Option<(tokio::time::Instant, Duration)>,
+    ) -> Result<Arc<OpenStore>, ApiError> {
         let cell = self.stores.lock().await.cell(name)?;
-        let store = cell
-            .get_or_try_init(|| async {
-                let named = self
-                    .registry
-                    .open(name, &self.config.storage_options)
-                    .await?;
-                Ok::<_, ApiError>(Arc::new(OpenStore {
-                    named,
-                    slots: self.new_slots(),
-                }))
+        if let Some(store) = cell.get() {
+            return Ok(store.clone());
+        }
+        let opening = {
+            let (cell, registry) = (cell.clone(), self.registry.clone());
+            let (options, slots) = (self.config.storage_options.clone(), self.new_slots());
+            let name = name.to_string();
+            self.tasks.spawn(async move {
+                cell.get_or_try_init(|| async {
+                    let named = registry.open(&name, &options).await?;
+                    Ok::<_, ApiError>(Arc::new(OpenStore { named, slots }))
+                })
+                .await
+                .cloned()
             })
-            .await;
-        match store {
-            Ok(store) => Ok(store.clone()),
+        };
+        let opened = match until {
+            Some((at, deadline)) => tokio::time::timeout_at(at, opening)
+                .await
+                .map_err(|_| past_deadline(deadline))?,
+            None => opening.await,
+        };
+        match joined(opened) {
+            Ok(store) => Ok(store),
             Err(e) => {
                 // Not kept: a store that does not exist (yet) is not remembered.
                 self.stores.lock().await.forget_empty(name, &cell);
@@ -242,12 +279,12 @@ impl Embedded {
         &self,
         name: &str,
         options: crate::CreateOptions,
-    ) -> Result<crate::StoreEntry, ApiError> {
+    ) -> Result<(crate::StoreEntry, Vec<String>), ApiError> {
         if self.config.residency == Residency::PerCall {
             let named = self.registry.create(name, options).await?;
-            let entry = named.entry().clone();
+            let created = (named.entry().clone(), named.probe_warnings().to_vec());
             named.close().await?;
-            return Ok(entry);
+            return Ok(created);
         }
         let cell = self.stores.lock().await.cell(name)?;
         let mut options = Some(options);
@@ -256,7 +293,7 @@ impl Embedded {
             .get_or_try_init(|| async {
                 let options = options.take().expect("taken once");
                 let named = self.registry.create(name, options).await?;
-                created = Some(named.entry().clone());
+                created = Some((named.entry().clone(), named.probe_warnings().to_vec()));
                 Ok::<_, ApiError>(Arc::new(OpenStore {
                     named,
                     slots: self.new_slots(),
@@ -271,9 +308,9 @@ impl Embedded {
                 let named = self.registry.create(name, options).await?;
                 // Created after all (dropped meanwhile by another process):
                 // released; the next operation opens it.
-                let entry = named.entry().clone();
+                let created = (named.entry().clone(), named.probe_warnings().to_vec());
                 named.close().await?;
-                Ok(entry)
+                Ok(created)
             }
             (Ok(()), None, None) => Err(ApiError::of_kind(
                 ErrorKind::Internal,
@@ -339,31 +376,50 @@ impl Embedded {
         Fut: Future<Output = Result<T, ApiError>> + Send + 'static,
         T: Send + 'static,
     {
+        // The deadline counts from here: opening the store and waiting for
+        // a slot are part of the operation's time.
+        let until = self
+            .config
+            .deadline
+            .map(|d| (tokio::time::Instant::now() + d, d));
         if self.config.residency == Residency::PerCall {
-            return self.once(name, access, work).await;
+            return self.once(name, access, until, None, work).await;
         }
-        let store = self.open(name).await?;
-        let permit =
-            tokio::time::timeout(self.config.queue_wait, store.slots.clone().acquire_owned())
+        let store = self.open(name, until).await?;
+        let busy = || {
+            ApiError::of_kind(
+                ErrorKind::Busy,
+                format!(
+                    "store '{name}' is running {} operations; retry later",
+                    self.config.store_concurrency
+                ),
+            )
+        };
+        let slot = store.slots.clone().acquire_owned();
+        let queue_ends = tokio::time::Instant::now() + self.config.queue_wait;
+        let permit = match until {
+            Some((at, deadline)) if at < queue_ends => tokio::time::timeout_at(at, slot)
                 .await
-                .map_err(|_| {
-                    ApiError::of_kind(
-                        ErrorKind::Busy,
-                        format!(
-                            "store '{name}' is running {} operations; retry later",
-                            self.config.store_concurrency
-                        ),
-                    )
-                })?
-                .map_err(|_| being_dropped(name))?;
+                .map_err(|_| past_deadline(deadline))?,
+            _ => tokio::time::timeout_at(queue_ends, slot)
+                .await
+                .map_err(|_| busy())?,
+        }
+        .map_err(|_| being_dropped(name))?;
+        if let Access::ReadAt(_) = access {
+            // A read at a version opens the store read-only at it for this
+            // operation, in a slot of the resident store: bounded as any
+            // other operation on it.
+            return self.once(name, access, until, Some(permit), work).await;
+        }
         let handle = store.clone();
         let work = work(store);
         let task = self.tasks.spawn(async move {
             let _slot = permit;
             work.await
         });
-        let ended = match self.config.deadline {
-            Some(deadline) => tokio::time::timeout(deadline, task)
+        let ended = match until {
+            Some((at, deadline)) => tokio::time::timeout_at(at, task)
                 .await
                 .map_err(|_| past_deadline(deadline))?,
             None => task.await,
@@ -395,22 +451,46 @@ impl Embedded {
 }
 
 impl Embedded {
-    /// [`Self::on_store`] of [`Residency::PerCall`]: the store opened for
-    /// this operation (a writer only for a write), closed after it.
-    async fn once<T, F, Fut>(&self, name: &str, access: Access, work: F) -> Result<T, ApiError>
+    /// [`Self::on_store`] of [`Residency::PerCall`] (and of a read at a
+    /// version): the store opened for this operation (a writer only for a
+    /// write), closed after it; within `until` when given; `slot` held
+    /// until the work ends.
+    async fn once<T, F, Fut>(
+        &self,
+        name: &str,
+        access: Access,
+        until: Option<(tokio::time::Instant, Duration)>,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        work: F,
+    ) -> Result<T, ApiError>
     where
         F: FnOnce(Arc<OpenStore>) -> Fut,
         Fut: Future<Output = Result<T, ApiError>> + Send + 'static,
         T: Send + 'static,
     {
         let options = &self.config.storage_options;
-        let named = match access {
-            Access::Read => self.registry.open_with(name, options, true, |c| c).await?,
-            Access::Write => {
-                self.registry
-                    .open_with(name, options, false, |c| c.with_manual_maintenance())
-                    .await?
-            }
+        let open = async {
+            Ok::<_, ApiError>(match access {
+                Access::Read => self.registry.open_with(name, options, true, |c| c).await?,
+                Access::ReadAt(version) => {
+                    self.registry
+                        .open_with(name, options, true, |c| c.with_as_of(version))
+                        .await?
+                }
+                Access::Write => {
+                    self.registry
+                        .open_with(name, options, false, |c| c.with_manual_maintenance())
+                        .await?
+                }
+            })
+        };
+        let named = match until {
+            // A read-only open holds nothing when cut short; a writer's open
+            // is not cut (it claims the shard).
+            Some((at, deadline)) if access != Access::Write => tokio::time::timeout_at(at, open)
+                .await
+                .map_err(|_| past_deadline(deadline))??,
+            _ => open.await?,
         };
         let store = Arc::new(OpenStore {
             named,
@@ -421,6 +501,7 @@ impl Embedded {
         // on a worker's stack, not nested in the caller's.
         let work = work(store.clone());
         let task = self.tasks.spawn(async move {
+            let _slot = slot;
             let result = work.await;
             if access == Access::Write {
                 // Released even after a failed write; the write's own error
@@ -432,8 +513,25 @@ impl Embedded {
             }
             result
         });
-        joined(task.await)
+        match until {
+            Some((at, deadline)) => joined(
+                tokio::time::timeout_at(at, task)
+                    .await
+                    .map_err(|_| past_deadline(deadline))?,
+            ),
+            None => joined(task.await),
+        }
     }
+}
+
+/// A store API call's future, boxed: a caller holding one (a task spawned
+/// on it, a future of its own awaiting several) neither carries its whole
+/// state on the stack nor has the compiler prove `Send` through the
+/// engine's deeply nested types again (it is said here, once).
+fn boxed<'a, T>(
+    future: impl Future<Output = T> + Send + 'a,
+) -> std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>> {
+    Box::pin(future)
 }
 
 /// An operation's task, ended: its answer, or `internal` when it panicked.
@@ -457,98 +555,276 @@ fn past_deadline(deadline: Duration) -> ApiError {
 }
 
 /// Each method is the inherent one of the same name (in `stores`,
-/// `records`, `queries`, `admin`), its error as the API's.
+/// `records`, `queries`, `admin`), its error as the API's, its future boxed
+/// (see [`boxed`]).
 impl StoreApi for Embedded {
-    async fn create_store(&self, create: &CreateStore) -> ApiResult<StoreInfo> {
-        Ok(self.create(create.clone()).await?)
+    fn create_store(
+        &self,
+        create: &CreateStore,
+    ) -> impl Future<Output = ApiResult<StoreInfo>> + Send {
+        // Owned: the future borrows only `self`.
+        let create = create.clone();
+        boxed(async move { Ok(self.create(create).await?) })
     }
 
-    async fn adopt(&self, name: &str, request: &AdoptStore) -> ApiResult<Adopted> {
-        Ok(self.adopt_dataset(name, request.clone()).await?)
+    fn adopt(
+        &self,
+        name: &str,
+        request: &AdoptStore,
+    ) -> impl Future<Output = ApiResult<Adopted>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let request = request.clone();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.adopt_dataset(name, request).await?)
+        })
     }
 
-    async fn list_stores(&self) -> ApiResult<Vec<StoreInfo>> {
-        Ok(self.stores()?)
+    fn list_stores(&self) -> impl Future<Output = ApiResult<Vec<StoreInfo>>> + Send {
+        boxed(async move { Ok(self.stores()?) })
     }
 
-    async fn describe_store(&self, name: &str) -> ApiResult<StoreInfo> {
-        Ok(self.describe(name)?)
+    fn describe_store(&self, name: &str) -> impl Future<Output = ApiResult<StoreInfo>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.describe(name)?)
+        })
     }
 
-    async fn drop_store(&self, name: &str) -> ApiResult<Dropped> {
-        Ok(self.drop_named(name).await?)
+    fn drop_store(&self, name: &str) -> impl Future<Output = ApiResult<Dropped>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.drop_named(name).await?)
+        })
     }
 
-    async fn add_records(&self, name: &str, records: RecordsBody) -> ApiResult<Added> {
-        Ok(self.add_body(name, records).await?)
+    fn add_records(
+        &self,
+        name: &str,
+        records: RecordsBody,
+    ) -> impl Future<Output = ApiResult<Added>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.add_body(name, records).await?)
+        })
     }
 
-    async fn get(&self, name: &str, key: &str) -> ApiResult<Option<Value>> {
-        Ok(self.get_one(name, key).await?)
+    fn get(&self, name: &str, key: &str) -> impl Future<Output = ApiResult<Option<Value>>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let key = key.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            let key = key.as_str();
+            Ok(self.get_one(name, key).await?)
+        })
     }
 
-    async fn get_many(&self, name: &str, keys: &[&str]) -> ApiResult<Rows> {
-        let keys = keys.iter().map(|k| k.to_string()).collect();
-        Ok(self.lookup(name, keys).await?)
+    fn lookup(
+        &self,
+        name: &str,
+        request: &GetMany,
+    ) -> impl Future<Output = ApiResult<Rows>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let request = request.clone();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.lookup_keys(name, request).await?)
+        })
     }
 
-    async fn list(&self, name: &str, params: &ListParams) -> ApiResult<Page> {
-        Ok(self.page(name, params.clone()).await?)
+    fn count(
+        &self,
+        name: &str,
+        params: &CountParams,
+    ) -> impl Future<Output = ApiResult<Counted>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let params = params.clone();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.count_rows(name, params).await?)
+        })
     }
 
-    async fn delete(&self, name: &str, key: &str) -> ApiResult<Deleted> {
-        Ok(self.delete_one(name, key).await?)
+    fn list(
+        &self,
+        name: &str,
+        params: &ListParams,
+    ) -> impl Future<Output = ApiResult<Page>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let params = params.clone();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.page(name, params).await?)
+        })
     }
 
-    async fn upsert_records(
+    fn delete(&self, name: &str, key: &str) -> impl Future<Output = ApiResult<Deleted>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let key = key.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            let key = key.as_str();
+            Ok(self.delete_one(name, key).await?)
+        })
+    }
+
+    fn delete_many(
+        &self,
+        name: &str,
+        keys: &[&str],
+    ) -> impl Future<Output = ApiResult<Vec<Deleted>>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        boxed(async move {
+            let name = name.as_str();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let keys = keys.as_slice();
+            let keys = keys.iter().map(|k| k.to_string()).collect();
+            Ok(self.delete_keys(name, keys).await?)
+        })
+    }
+
+    fn upsert_records(
         &self,
         name: &str,
         records: &[Value],
         dry_run: bool,
-    ) -> ApiResult<UpsertResult> {
-        let body = serde_json::to_vec(records)
-            .map_err(|e| ApiError::invalid(format!("the records: {e}")))?;
-        Ok(self.upsert_body(name, body, dry_run).await?)
+    ) -> impl Future<Output = ApiResult<UpsertResult>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let records = records.to_vec();
+        boxed(async move {
+            let name = name.as_str();
+            let records = records.as_slice();
+            let body = serde_json::to_vec(records)
+                .map_err(|e| ApiError::invalid(format!("the records: {e}")))?;
+            Ok(self.upsert_body(name, body, dry_run).await?)
+        })
     }
 
-    async fn patch(&self, name: &str, key: &str, fields: &Value) -> ApiResult<Patched> {
-        Ok(self.patch_fields(name, key, fields.clone()).await?)
+    fn patch(
+        &self,
+        name: &str,
+        key: &str,
+        fields: &Value,
+    ) -> impl Future<Output = ApiResult<Patched>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let key = key.to_owned();
+        let fields = fields.clone();
+        boxed(async move {
+            let name = name.as_str();
+            let key = key.as_str();
+            Ok(self.patch_fields(name, key, fields).await?)
+        })
     }
 
-    async fn query(
+    fn query_with(
         &self,
         name: &str,
         query: &str,
-        args: &[(&str, &str)],
-    ) -> ApiResult<QueryResult> {
-        let args = args
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Ok(self.run_query(name, query, args).await?)
+        request: &QueryRequest,
+    ) -> impl Future<Output = ApiResult<QueryResult>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let query = query.to_owned();
+        let request = request.clone();
+        boxed(async move {
+            let name = name.as_str();
+            let query = query.as_str();
+            Ok(self.run_query(name, query, request).await?)
+        })
     }
 
-    async fn search(&self, name: &str, request: &SearchRequest) -> ApiResult<Rows> {
-        Ok(self.search_column(name, request.clone()).await?)
+    fn search(
+        &self,
+        name: &str,
+        request: &SearchRequest,
+    ) -> impl Future<Output = ApiResult<Rows>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let request = request.clone();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.search_column(name, request).await?)
+        })
     }
 
-    async fn retrieve(&self, name: &str, request: &RetrieveRequest) -> ApiResult<Rows> {
-        Ok(self.retrieve_hybrid(name, request.clone()).await?)
+    fn retrieve(
+        &self,
+        name: &str,
+        request: &RetrieveRequest,
+    ) -> impl Future<Output = ApiResult<Rows>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let request = request.clone();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.retrieve_hybrid(name, request).await?)
+        })
     }
 
-    async fn merge(&self, name: &str) -> ApiResult<MergeReport> {
-        Ok(self.merge_now(name).await?)
+    fn merge(&self, name: &str) -> impl Future<Output = ApiResult<MergeReport>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.merge_now(name).await?)
+        })
     }
 
-    async fn compact(&self, name: &str) -> ApiResult<CompactionReport> {
-        Ok(self.compact_now(name).await?)
+    fn compact(&self, name: &str) -> impl Future<Output = ApiResult<CompactionReport>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.compact_now(name).await?)
+        })
     }
 
-    async fn index(&self, name: &str, column: Option<&str>) -> ApiResult<Indexed> {
-        Ok(self.build_indexes(name, column.map(str::to_string)).await?)
+    fn index(
+        &self,
+        name: &str,
+        column: Option<&str>,
+    ) -> impl Future<Output = ApiResult<Indexed>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let column = column.map(str::to_owned);
+        boxed(async move {
+            let name = name.as_str();
+            let column = column.as_deref();
+            Ok(self.build_indexes(name, column.map(str::to_string)).await?)
+        })
     }
 
-    async fn stats(&self, name: &str) -> ApiResult<StoreStatus> {
-        Ok(self.status(name).await?)
+    fn stats(&self, name: &str) -> impl Future<Output = ApiResult<StoreStatus>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.status(name).await?)
+        })
+    }
+
+    fn versions(&self, name: &str) -> impl Future<Output = ApiResult<Vec<TableVersion>>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        boxed(async move {
+            let name = name.as_str();
+            Ok(self.table_versions(name).await?)
+        })
     }
 }

@@ -1,6 +1,6 @@
 //! Named queries, search and hybrid retrieval.
 
-use lance_context_client::{QueryResult, RetrieveRequest, Rows, SearchRequest};
+use lance_context_client::{QueryRequest, QueryResult, RetrieveRequest, Rows, SearchRequest};
 
 use super::json::rows;
 use super::records::{blame_filter, checked_filter};
@@ -11,10 +11,11 @@ impl Embedded {
         &self,
         name: &str,
         query: &str,
-        args: Vec<(String, String)>,
+        request: QueryRequest,
     ) -> Result<QueryResult, ApiError> {
         let query = query.to_string();
-        self.on_store(name, Access::Read, move |store| async move {
+        let args: Vec<(String, String)> = request.args.into_iter().collect();
+        self.on_store(name, Access::read(request.as_of), move |store| async move {
             let reduces = store
                 .named
                 .spec()
@@ -39,7 +40,7 @@ impl Embedded {
         name: &str,
         mut request: SearchRequest,
     ) -> Result<Rows, ApiError> {
-        request.filter = checked_filter(request.filter)?;
+        request.filter = checked_filter(request.filter, self.config.trusted_filters)?;
         if let Some(message) = request.non_finite() {
             return Err(ApiError::invalid(message));
         }
@@ -58,7 +59,7 @@ impl Embedded {
         name: &str,
         mut request: RetrieveRequest,
     ) -> Result<Rows, ApiError> {
-        request.filter = checked_filter(request.filter)?;
+        request.filter = checked_filter(request.filter, self.config.trusted_filters)?;
         if let Some(message) = request.non_finite() {
             return Err(ApiError::invalid(message));
         }

@@ -2,7 +2,8 @@
 
 use base64::Engine as _;
 use lance_context_client::{
-    Added, Deleted, ListParams, Page, Patched, RecordsBody, Rows, UpsertResult, Upserted,
+    Added, CountParams, Counted, Deleted, GetMany, ListParams, Page, Patched, RecordsBody, Rows,
+    UpsertResult, Upserted,
 };
 use lance_context_store::{PatchTarget, ScanRequest, SortKey};
 use serde_json::{Value, json};
@@ -48,14 +49,24 @@ impl Embedded {
         .await
     }
 
-    pub(super) async fn lookup(&self, name: &str, keys: Vec<String>) -> Result<Rows, ApiError> {
-        if keys.len() > MAX_PAGE {
+    pub(super) async fn lookup_keys(&self, name: &str, request: GetMany) -> Result<Rows, ApiError> {
+        if request.keys.len() > MAX_PAGE {
             return Err(ApiError::invalid(format!(
                 "at most {MAX_PAGE} keys per lookup"
             )));
         }
-        self.on_store(name, Access::Read, move |store| async move {
-            let projection = default_projection(store.named.spec());
+        let GetMany {
+            keys,
+            columns,
+            as_of,
+        } = request;
+        self.on_store(name, Access::read(as_of), move |store| async move {
+            let spec = store.named.spec();
+            let mut projection = columns.unwrap_or_else(|| default_projection(spec));
+            // The key is always there: it says which records were found.
+            if !projection.contains(&spec.key) {
+                projection.insert(0, spec.key.clone());
+            }
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
             let batch = store.named.lookup(&keys, Some(&projection)).await?;
             rows(&batch)
@@ -63,10 +74,50 @@ impl Embedded {
         .await
     }
 
+    pub(super) async fn count_rows(
+        &self,
+        name: &str,
+        params: CountParams,
+    ) -> Result<Counted, ApiError> {
+        let filter = checked_filter(params.filter, self.config.trusted_filters)?;
+        self.on_store(name, Access::read(params.as_of), move |store| async move {
+            match store.named.count(filter.as_deref()).await {
+                Ok(count) => Ok(Counted { count }),
+                Err(e) => Err(blame_filter(&store, filter.is_some(), e).await),
+            }
+        })
+        .await
+    }
+
     pub(super) async fn page(&self, name: &str, params: ListParams) -> Result<Page, ApiError> {
-        let plan = PagePlan::of(params)?;
-        self.on_store(name, Access::Read, move |store| async move {
-            plan.run(&store).await
+        let access = Access::read(params.as_of);
+        let plan = PagePlan::of(params, self.config.trusted_filters)?;
+        self.on_store(
+            name,
+            access,
+            move |store| async move { plan.run(&store).await },
+        )
+        .await
+    }
+
+    pub(super) async fn delete_keys(
+        &self,
+        name: &str,
+        keys: Vec<String>,
+    ) -> Result<Vec<Deleted>, ApiError> {
+        if keys.len() > MAX_PAGE {
+            return Err(ApiError::invalid(format!(
+                "at most {MAX_PAGE} keys per delete"
+            )));
+        }
+        self.on_store(name, Access::Write, move |store| async move {
+            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let done = store.named.delete(&refs).await?;
+            Ok(keys
+                .into_iter()
+                .zip(done)
+                .map(|(key, deleted)| Deleted { key, deleted })
+                .collect())
         })
         .await
     }
@@ -199,7 +250,7 @@ struct PagePlan {
 }
 
 impl PagePlan {
-    fn of(params: ListParams) -> Result<Self, ApiError> {
+    fn of(params: ListParams, trusted: bool) -> Result<Self, ApiError> {
         let limit = params.limit.unwrap_or(100);
         if limit == 0 || limit > MAX_PAGE {
             return Err(ApiError::invalid(format!(
@@ -229,7 +280,7 @@ impl PagePlan {
         Ok(Self {
             limit,
             offset: params.offset,
-            filter: checked_filter(params.filter)?,
+            filter: checked_filter(params.filter, trusted)?,
             order,
             columns: params
                 .columns
@@ -299,11 +350,17 @@ fn sort_keys(order_by: Option<&str>) -> Result<Vec<SortKey>, ApiError> {
 }
 
 /// A caller's filter: a plain predicate only (no function calls, casts or
-/// subqueries: a request must not make the host run arbitrary SQL).
-pub(super) fn checked_filter(filter: Option<String>) -> Result<Option<String>, ApiError> {
+/// subqueries: a request must not make the host run arbitrary SQL), unless
+/// the filters are `trusted` ([`super::EmbeddedConfig::trusted_filters`]).
+pub(super) fn checked_filter(
+    filter: Option<String>,
+    trusted: bool,
+) -> Result<Option<String>, ApiError> {
     match filter.filter(|f| !f.trim().is_empty()) {
         Some(f) => {
-            lance_context_store::check_plain_predicate(&f)?;
+            if !trusted {
+                lance_context_store::check_plain_predicate(&f)?;
+            }
             Ok(Some(f))
         }
         None => Ok(None),

@@ -22,14 +22,19 @@ impl Embedded {
         )
         .await?
         .ok_or_else(|| ApiError::invalid("give exactly one of plugin, plugin_wasm_base64, spec"))?;
+        let source = named_file(source, create.plugin_file_name.as_deref())?;
         let mut options = CreateOptions::new(source);
         options.params = params(create.params);
         options.uri = create.uri;
         options.storage_options = self.config.storage_options.clone();
+        options.probe_samples = samples(&create.samples)?;
         // The registry serialises creates of one name; other stores'
         // operations go on meanwhile.
-        let entry = self.create_open(&create.name, options).await?;
-        Ok(info(entry))
+        let (entry, warnings) = self.create_open(&create.name, options).await?;
+        Ok(StoreInfo {
+            probe_warnings: warnings,
+            ..info(entry)
+        })
     }
 
     pub(super) async fn adopt_dataset(
@@ -38,8 +43,14 @@ impl Embedded {
         adopt: AdoptStore,
     ) -> Result<Adopted, ApiError> {
         self.check_uri(&adopt.uri)?;
+        let file_name = adopt.plugin_file_name.as_deref();
         let source =
             schema_source(name, adopt.plugin, adopt.plugin_wasm_base64, adopt.spec).await?;
+        let source = match source {
+            Some(source) => Some(named_file(source, file_name)?),
+            None if file_name.is_some() => return Err(no_component()),
+            None => None,
+        };
         let options = crate::AdoptOptions {
             uri: adopt.uri,
             source,
@@ -75,6 +86,7 @@ impl Embedded {
             store: report.name,
             uri: report.uri,
             data_deleted: report.data_deleted,
+            plugin_file_removed: report.plugin_file.is_some(),
         })
     }
 
@@ -92,6 +104,61 @@ impl Embedded {
         crate::check_uri_allowed(uri, allowed)?;
         Ok(())
     }
+}
+
+/// `source` with its component named `file_name` when one is given (only
+/// a component has a file name).
+fn named_file(source: SchemaSource, file_name: Option<&str>) -> Result<SchemaSource, ApiError> {
+    match (source, file_name) {
+        (source, None) => Ok(source),
+        (SchemaSource::Plugin { bytes, .. }, Some(name)) => Ok(SchemaSource::Plugin {
+            label: plugin_file_name(name)?,
+            bytes,
+        }),
+        (_, Some(_)) => Err(no_component()),
+    }
+}
+
+fn no_component() -> ApiError {
+    ApiError::invalid("plugin_file_name names a component: give it with plugin_wasm_base64")
+}
+
+/// A component's file name from a caller, for its pin (`file:NAME`): a
+/// plain name of at most 128 letters, digits, `.`, `-` and `_`.
+fn plugin_file_name(given: &str) -> Result<String, ApiError> {
+    let plain = !given.is_empty()
+        && given.len() <= 128
+        && !given.starts_with('.')
+        && given
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    match plain {
+        true => Ok(given.to_string()),
+        false => Err(ApiError::invalid(format!(
+            "plugin_file_name {:?}: give a plain file name (at most 128 letters, digits, '.', '-', '_', not starting with '.')",
+            given.chars().take(140).collect::<String>()
+        ))),
+    }
+}
+
+/// The probe's sample records as the registry takes them (JSON Lines);
+/// `None` when there are none.
+fn samples(records: &[Value]) -> Result<Option<Vec<u8>>, ApiError> {
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let mut lines = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        if !record.is_object() {
+            return Err(ApiError::invalid(format!(
+                "samples[{i}]: a record is a JSON object"
+            )));
+        }
+        serde_json::to_writer(&mut lines, record)
+            .map_err(|e| ApiError::invalid(format!("samples[{i}]: {e}")))?;
+        lines.push(b'\n');
+    }
+    Ok(Some(lines))
 }
 
 /// Creation parameters as the plugin takes them: each value's JSON text.
@@ -127,6 +194,7 @@ pub(crate) fn info(entry: StoreEntry) -> StoreInfo {
         params,
         storage_option_keys: entry.storage_option_keys,
         adopted: entry.adopted,
+        probe_warnings: Vec::new(),
     }
 }
 

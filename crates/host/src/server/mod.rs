@@ -177,6 +177,8 @@ impl Server {
                 // A caller of the API goes only where the operator allows.
                 allowed_uri_prefixes: Some(config.uri_prefixes(&config.root)),
                 residency: Residency::Resident,
+                // A request's filter is not the operator's: plain predicates.
+                trusted_filters: false,
             },
         );
         Ok(Self {

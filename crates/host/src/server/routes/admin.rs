@@ -1,11 +1,11 @@
-//! Maintenance and state: merge, compact, index, stats.
+//! Maintenance and state: merge, compact, index, stats, versions.
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use lance_context_client::{
-    CompactionReport, IndexRequest, Indexed, MergeReport, StoreApi as _, StoreStatus,
+    CompactionReport, IndexRequest, Indexed, MergeReport, StoreApi as _, StoreStatus, Versions,
 };
 
 use super::{Shared, json_body};
@@ -54,4 +54,16 @@ pub(super) async fn stats(
 ) -> Result<Json<StoreStatus>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     Ok(Json(state.api.stats(&name).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/stores/{name}/versions", tag = "admin", params(("name" = String, Path, description = "the store")), responses((status = 200, description = "the base table's kept versions, oldest first (what `as_of` reads)", body = Versions)))]
+pub(super) async fn versions(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Versions>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    Ok(Json(Versions {
+        versions: state.api.versions(&name).await?,
+    }))
 }

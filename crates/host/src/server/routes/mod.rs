@@ -77,6 +77,8 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(list_records, add_records))
         .routes(routes!(get_record, delete_record, patch_record))
         .routes(routes!(lookup))
+        .routes(routes!(count))
+        .routes(routes!(delete_records))
         .routes(routes!(upsert))
         .routes(routes!(query))
         .routes(routes!(search))
@@ -85,6 +87,7 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(compact))
         .routes(routes!(index))
         .routes(routes!(stats))
+        .routes(routes!(versions))
         .split_for_parts();
     (router, document(api))
 }

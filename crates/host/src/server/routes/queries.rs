@@ -21,12 +21,7 @@ pub(super) async fn query(
 ) -> Result<Json<QueryResult>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     let request: QueryRequest = json_body(&state, body).await?;
-    let args: Vec<(&str, &str)> = request
-        .args
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    Ok(Json(state.api.query(&name, &query, &args).await?))
+    Ok(Json(state.api.query_with(&name, &query, &request).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/stores/{name}/search", tag = "queries", params(("name" = String, Path, description = "the store")), request_body = SearchRequest, responses((status = 200, description = "vector search: rows with `_distance`, nearest first; text search: rows with `_score` (BM25), best first", body = Records)))]

@@ -6,8 +6,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lance_context_client::{
-    Added, Deleted, ErrorBody, GetMany, ListParams, Page, Patched, Records, RecordsBody,
-    StoreApi as _, UpsertParams, UpsertResult,
+    Added, CountParams, Counted, DeleteMany, Deleted, DeletedMany, ErrorBody, GetMany, ListParams,
+    Page, Patched, Records, RecordsBody, StoreApi as _, UpsertParams, UpsertResult,
 };
 use serde_json::{Value, json};
 
@@ -104,9 +104,33 @@ pub(super) async fn lookup(
 ) -> Result<Json<Records>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
     let request: GetMany = json_body(&state, body).await?;
-    let keys: Vec<&str> = request.keys.iter().map(String::as_str).collect();
-    let records = state.api.get_many(&name, &keys).await?;
+    let records = state.api.lookup(&name, &request).await?;
     Ok(Json(Records { records }))
+}
+
+#[utoipa::path(get, path = "/api/v1/stores/{name}/count", tag = "records", params(("name" = String, Path, description = "the store"), CountParams), responses((status = 200, body = Counted)))]
+pub(super) async fn count(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(params): Query<CountParams>,
+) -> Result<Json<Counted>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Read)?;
+    Ok(Json(state.api.count(&name, &params).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/stores/{name}/delete", tag = "records", params(("name" = String, Path, description = "the store")), request_body = DeleteMany, responses((status = 200, description = "what each delete did, in the order given", body = DeletedMany)))]
+pub(super) async fn delete_records(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<DeletedMany>, ApiError> {
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
+    let request: DeleteMany = json_body(&state, body).await?;
+    let keys: Vec<&str> = request.keys.iter().map(String::as_str).collect();
+    let deleted = state.api.delete_many(&name, &keys).await?;
+    Ok(Json(DeletedMany { deleted }))
 }
 
 #[utoipa::path(delete, path = "/api/v1/stores/{name}/records/{key}", tag = "records", params(("name" = String, Path, description = "the store"), ("key" = String, Path, description = "the record's key")), responses((status = 200, body = Deleted)))]
