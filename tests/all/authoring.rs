@@ -259,7 +259,7 @@ fn upgrade_repins_the_same_schema_and_refuses_another() {
     assert_eq!(upgraded["from"]["sha256"], old_sha.as_str());
     let new_sha = upgraded["to"]["sha256"].as_str().unwrap().to_string();
     assert_ne!(new_sha, old_sha);
-    assert!(upgraded["removed_plugin_file"].is_string(), "{upgraded}");
+    assert_eq!(upgraded["removed_plugin_file"], true, "{upgraded}");
     let after = describe(root);
     assert_eq!(after["plugin"]["sha256"], new_sha.as_str());
     assert_eq!(after["plugin"]["source"], "file:notes-v2.wasm");

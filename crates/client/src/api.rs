@@ -14,12 +14,13 @@
 //! client can also fail with [`ClientError::Transport`] (the request did
 //! not reach the server) or [`ClientError::Unexpected`].
 //!
-//! What does not cross the wire, and so is not in the trait: exporting a
-//! whole store as one Arrow or Parquet stream (read it page by page with
-//! [`StoreApi::list`] instead), replacing a store's plugin (`store
-//! upgrade`), checking an add without writing it (`store add --dry-run`)
-//! and the authoring tools (`plugin check`, `plugin new`). The CLI does
-//! those where the data root is.
+//! What is not in the trait: exporting a whole store as one Arrow or
+//! Parquet stream, typed as stored (the API's records are JSON: read a
+//! store page by page with [`StoreApi::list`] instead); checking an add
+//! without writing it and setting refused records aside (`store add
+//! --dry-run`, `--reject-file`: they run the plugin record by record where
+//! the data root is); and the authoring tools (`plugin check`, `plugin
+//! new`). The CLI does those where the data root is.
 //!
 //! [`Client`]: crate::Client
 //! [`ApiError`]: crate::ApiError
@@ -35,7 +36,7 @@ use crate::{
     Added, AdoptStore, Adopted, ClientError, CompactionReport, CountParams, Counted, CreateStore,
     Deleted, Dropped, GetMany, Indexed, ListParams, MergeReport, Page, Patched, QueryRequest,
     QueryResult, RetrieveRequest, SearchRequest, StoreInfo, StoreStatus, TableVersion,
-    UpsertResult,
+    UpgradeStore, Upgraded, UpsertResult,
 };
 
 /// What every call answers.
@@ -163,6 +164,16 @@ pub trait StoreApi: Send + Sync {
     /// Drop a store: its entry and its data (an adoption that did not
     /// finish keeps the data).
     fn drop_store(&self, name: &str) -> impl Future<Output = ApiResult<Dropped>> + Send;
+
+    /// Replace a store's plugin by a new build declaring the same schema
+    /// (refused, with the difference, when it declares another, and when it
+    /// fails the probe). The store's operations after it run the new
+    /// plugin.
+    fn upgrade(
+        &self,
+        name: &str,
+        request: &UpgradeStore,
+    ) -> impl Future<Output = ApiResult<Upgraded>> + Send;
 
     // --- records ---
 

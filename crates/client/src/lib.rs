@@ -983,6 +983,59 @@ pub struct Counted {
     pub count: u64,
 }
 
+/// `POST …/upgrade`: a new build of a store's plugin, declaring the same
+/// schema (give exactly one of `plugin`, `plugin_wasm_base64`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeStore {
+    /// A built-in plugin by name (`rollout`, `context`, `datagen`): the
+    /// host's own build of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// A plugin component's bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_wasm_base64: Option<String>,
+    /// The component's file name, recorded in the pin as `file:NAME` (as
+    /// `CreateStore::plugin_file_name`; default `<store>.wasm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_file_name: Option<String>,
+    /// Records the new plugin should accept (checked by the probe before it
+    /// is pinned).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub samples: Vec<Value>,
+}
+
+/// A plugin pin: which build a store runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PinnedPlugin {
+    /// Its declared name.
+    pub plugin: String,
+    /// Its version.
+    pub version: String,
+    /// Hex sha256 of its component.
+    pub sha256: String,
+}
+
+/// The answer of an upgrade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Upgraded {
+    /// The store.
+    pub store: String,
+    /// The plugin it ran.
+    pub from: PinnedPlugin,
+    /// The plugin it runs now (the schema is unchanged).
+    pub to: PinnedPlugin,
+    /// Whether the old plugin's file was removed (no store pins it any more).
+    pub removed_plugin_file: bool,
+    /// What the probe said about the new plugin (for its author).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probe_warnings: Vec<String>,
+}
+
 /// `POST …/delete`: records to delete by key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -1392,6 +1445,11 @@ impl StoreApi for Client {
 
     async fn stats(&self, name: &str) -> Result<StoreStatus> {
         self.send(self.http.get(self.store(name, "/stats"))).await
+    }
+
+    async fn upgrade(&self, name: &str, request: &UpgradeStore) -> Result<Upgraded> {
+        self.send(self.http.post(self.store(name, "/upgrade")).json(request))
+            .await
     }
 
     async fn versions(&self, name: &str) -> Result<Vec<TableVersion>> {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use lance_context_client::StoreApi;
+use lance_context_client::{StoreApi, UpgradeStore};
 use lance_context_host::{
     Embedded, EmbeddedConfig, NamedStore, PipelineError, PluginLimits, PluginRuntime, Registry,
     Residency,
@@ -32,9 +32,9 @@ pub struct StoreArgs {
     #[arg(long = "storage-option", value_parser = parse_storage_option, global = true)]
     storage_options: Vec<StorageOption>,
     /// Work through a running server (`lance-context serve`) at this URL
-    /// instead of opening the data root: every store command but `upgrade`
-    /// and `export` (and `add --dry-run`, `add --reject-file`), which need
-    /// the data root.
+    /// instead of opening the data root: every store command but `export`
+    /// (and `add --dry-run`, `add --reject-file`), which need the data
+    /// root.
     #[arg(long, global = true, value_name = "URL")]
     server: Option<String>,
     /// The bearer token for --server (default: $LANCE_CONTEXT_TOKEN).
@@ -73,8 +73,10 @@ enum StoreCommand {
     },
     /// Replace a store's plugin with a new build that declares the same
     /// schema (e.g. a fixed validator); refused, with the difference, when
-    /// the schema differs, and when the new plugin fails the probe. A
-    /// running server keeps the old plugin until it reopens the store.
+    /// the schema differs, and when the new plugin fails the probe. Through
+    /// a server (`--server`), the server's next operations on the store run
+    /// the new plugin; where the data root is, a server running meanwhile
+    /// keeps the old plugin until it reopens the store.
     Upgrade {
         name: String,
         /// The new plugin component (.wasm), or a built-in's name (`rollout`,
@@ -246,7 +248,6 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
             ))
         };
         return match args.command {
-            StoreCommand::Upgrade { .. } => Err(local_only("'upgrade'")),
             StoreCommand::Export(_) => Err(local_only("'export'")),
             command => {
                 through_api(
@@ -282,11 +283,6 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
     let registry = Registry::at(&args.root, runtime)?;
     let options: HashMap<String, String> = crate::args::options_map(&args.storage_options);
     match args.command {
-        StoreCommand::Upgrade {
-            name,
-            plugin,
-            sample,
-        } => upgrade(&registry, &name, &plugin, sample.as_deref(), out).await,
         StoreCommand::Add(c) if c.needs_the_plugin_here() => {
             add_checked(&registry, &options, c, out).await
         }
@@ -384,57 +380,41 @@ async fn through_api<A: StoreApi>(
             through::index(api, via, &name, column.as_deref(), out).await
         }
         StoreCommand::Add(c) => c.run(api, via, out).await,
-        StoreCommand::Upgrade { .. } | StoreCommand::Export(_) => Err(usage(
-            "this command needs the data root (run it without --server)",
+        StoreCommand::Upgrade {
+            name,
+            plugin,
+            sample,
+        } => {
+            let request = upgrade_request(&plugin, sample.as_deref())?;
+            through::upgrade(api, via, &name, &request, out).await
+        }
+        StoreCommand::Export(_) => Err(usage(
+            "'export' needs the data root (run it without --server)",
         )),
     }
 }
 
-/// `store upgrade`: replace a store's plugin by a new build declaring the
-/// same schema (a built-in's name picks this binary's own build).
-async fn upgrade(
-    registry: &Registry,
-    name: &str,
-    plugin: &Path,
-    sample: Option<&Path>,
-    out: Out,
-) -> Result<()> {
+/// `store upgrade --plugin P`: a built-in by name (when no file `P`
+/// exists), else the component file's bytes; the samples the probe checks.
+fn upgrade_request(plugin: &Path, sample: Option<&Path>) -> Result<UpgradeStore> {
+    use base64::Engine as _;
     let given = plugin.display().to_string();
-    let builtin = (!plugin.exists())
-        .then(|| lance_context_host::builtin_plugin_bytes(&given))
-        .flatten();
-    let (bytes, label) = match builtin {
-        Some(bytes) => (bytes.to_vec(), given.clone()),
-        None => (
-            std::fs::read(plugin).with_context(|| format!("reading {}", plugin.display()))?,
-            file_label(&given),
-        ),
+    let mut request = UpgradeStore {
+        samples: match sample {
+            Some(path) => sample_records(path)?,
+            None => Vec::new(),
+        },
+        ..UpgradeStore::default()
     };
-    let samples = read_samples(sample)?;
-    let report = registry.upgrade(name, &label, &bytes, samples).await?;
-    print_warnings(&report.probe_warnings, &out);
-    let upgraded = serde_json::json!({
-        "store": report.name,
-        "from": {"plugin": report.from.name, "version": report.from.version, "sha256": report.from.sha256},
-        "to": {"plugin": report.to.name, "version": report.to.version, "sha256": report.to.sha256},
-        "removed_plugin_file": report.removed_plugin_file,
-    });
-    out.item(&upgraded, || {
-        format!(
-            "store '{}' now pins {} {} (sha256 {}), was {} {} (sha256 {}); the schema is unchanged{}",
-            report.name,
-            report.to.name,
-            report.to.version,
-            &report.to.sha256[..12.min(report.to.sha256.len())],
-            report.from.name,
-            report.from.version,
-            &report.from.sha256[..12.min(report.from.sha256.len())],
-            match &report.removed_plugin_file {
-                Some(p) => format!("; removed the old plugin file {}", p.display()),
-                None => String::new(),
-            }
-        )
-    })
+    if !plugin.exists() && lance_context_host::builtin_plugin_bytes(&given).is_some() {
+        request.plugin = Some(given);
+    } else {
+        let bytes =
+            std::fs::read(plugin).with_context(|| format!("reading {}", plugin.display()))?;
+        request.plugin_wasm_base64 = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+        request.plugin_file_name = Some(file_label(&given));
+    }
+    Ok(request)
 }
 
 impl AddCommand {
@@ -1079,21 +1059,6 @@ fn sample_records(path: &Path) -> Result<Vec<serde_json::Value>> {
         records.push(record);
     }
     Ok(records)
-}
-
-fn read_samples(path: Option<&Path>) -> Result<Option<Vec<u8>>> {
-    path.map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
-        .transpose()
-}
-
-/// The probe's warnings about a plugin just pinned, on stderr (the probe
-/// passed: a create or upgrade with a problem is refused).
-fn print_warnings(warnings: &[String], out: &Out) {
-    if !out.json_errors {
-        for w in warnings {
-            eprintln!("warning: {}", crate::exit::printable(w));
-        }
-    }
 }
 
 /// An engine refusal of one record in the input's terms: without the

@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use lance_context_client::{
     ClientError, CompactionReport, CreateStore, Deleted, MergeReport, StoreApi, StoreInfo,
-    StoreStatus,
+    StoreStatus, UpgradeStore,
 };
 use serde_json::Value;
 
@@ -187,6 +187,44 @@ fn through_the(via: Via) -> &'static str {
         Via::Local => "",
         Via::Server => " through the server",
     }
+}
+
+/// `store upgrade`: the store's new plugin pinned; the probe's warnings
+/// about it on stderr.
+pub async fn upgrade<A: StoreApi>(
+    api: &A,
+    via: Via,
+    name: &str,
+    request: &UpgradeStore,
+    out: Out,
+) -> Result<()> {
+    let report = api
+        .upgrade(name, request)
+        .await
+        .map_err(|e| failed(e, via))?;
+    if !out.json_errors {
+        for w in &report.probe_warnings {
+            eprintln!("warning: {}", crate::exit::printable(w));
+        }
+    }
+    let sha = |s: &str| s[..12.min(s.len())].to_string();
+    out.item(&report, || {
+        format!(
+            "store '{}' now pins {} {} (sha256 {}), was {} {} (sha256 {}); the schema is unchanged{}{}",
+            report.store,
+            report.to.plugin,
+            report.to.version,
+            sha(&report.to.sha256),
+            report.from.plugin,
+            report.from.version,
+            sha(&report.from.sha256),
+            match report.removed_plugin_file {
+                true => "; removed the old plugin file (no store pins it)",
+                false => "",
+            },
+            through_the(via)
+        )
+    })
 }
 
 /// `store drop`: only with `yes` (else a usage error saying what it would

@@ -26,7 +26,7 @@ use lance_context_client::{
     Added, AdoptStore, Adopted, ApiResult, CompactionReport, CountParams, Counted, CreateStore,
     Deleted, Dropped, GetMany, Indexed, ListParams, MergeReport, Page, Patched, QueryRequest,
     QueryResult, RecordsBody, RetrieveRequest, Rows, SearchRequest, StoreApi, StoreInfo,
-    StoreStatus, TableVersion, UpsertResult,
+    StoreStatus, TableVersion, UpgradeStore, Upgraded, UpsertResult,
 };
 use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell, Semaphore};
@@ -130,16 +130,39 @@ type Cell = Arc<OnceCell<Arc<OpenStore>>>;
 struct Stores {
     /// A cell per store, filled by the first operation (or by its create).
     open: HashMap<String, Cell>,
-    /// Names being dropped: no operation opens them meanwhile.
-    dropping: std::collections::HashSet<String>,
+    /// Stores held by a drop or an upgrade: no operation opens them
+    /// meanwhile.
+    held: HashMap<String, Hold>,
+}
+
+/// Why a store is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Being dropped: operations meanwhile are told it is gone.
+    Dropping,
+    /// Its plugin being replaced: operations meanwhile are told to retry.
+    Upgrading,
+}
+
+impl Hold {
+    /// What an operation on held store `name` is told.
+    fn refusal(self, name: &str) -> ApiError {
+        match self {
+            Self::Dropping => being_dropped(name),
+            Self::Upgrading => ApiError::of_kind(
+                ErrorKind::Busy,
+                format!("store '{name}' is being upgraded (its plugin replaced); retry"),
+            ),
+        }
+    }
 }
 
 impl Stores {
     /// The cell of store `name`, made when there is none; `not_found`
     /// while the store is being dropped.
     fn cell(&mut self, name: &str) -> Result<Cell, ApiError> {
-        if self.dropping.contains(name) {
-            return Err(being_dropped(name));
+        if let Some(hold) = self.held.get(name) {
+            return Err(hold.refusal(name));
         }
         Ok(self.open.entry(name.to_string()).or_default().clone())
     }
@@ -323,19 +346,22 @@ impl Embedded {
         }
     }
 
-    /// Drop store `name`: no operation opens it meanwhile; its running
-    /// operations end first, those queued are refused (`not_found`), its
-    /// writer is released, then `drop` runs.
-    async fn dropping<T>(
+    /// Hold store `name` for `work` (a drop, an upgrade): no operation
+    /// opens it meanwhile; its running operations end first, those queued
+    /// are refused (as `hold` says), its writer is released, then `work`
+    /// runs. Operations after it open the store afresh.
+    async fn holding<T>(
         &self,
         name: &str,
-        drop: impl Future<Output = Result<T, ApiError>>,
+        hold: Hold,
+        work: impl Future<Output = Result<T, ApiError>>,
     ) -> Result<T, ApiError> {
         let cell = {
             let mut stores = self.stores.lock().await;
-            if !stores.dropping.insert(name.to_string()) {
-                return Err(being_dropped(name));
+            if let Some(held) = stores.held.get(name) {
+                return Err(held.refusal(name));
             }
+            stores.held.insert(name.to_string(), hold);
             stores.open.remove(name)
         };
         let result = async {
@@ -359,11 +385,20 @@ impl Embedded {
                 std::mem::drop(all);
                 open.named.close().await?;
             }
-            drop.await
+            work.await
         }
         .await;
-        self.stores.lock().await.dropping.remove(name);
+        self.stores.lock().await.held.remove(name);
         result
+    }
+
+    /// Why an operation queued on store `name` was refused (its slots were
+    /// closed by a drop or an upgrade).
+    async fn refused_while_held(&self, name: &str) -> ApiError {
+        match self.stores.lock().await.held.get(name) {
+            Some(hold) => hold.refusal(name),
+            None => being_dropped(name),
+        }
     }
 
     /// Run `work` on store `name`: in a slot of the store (waiting at most
@@ -404,8 +439,11 @@ impl Embedded {
             _ => tokio::time::timeout_at(queue_ends, slot)
                 .await
                 .map_err(|_| busy())?,
-        }
-        .map_err(|_| being_dropped(name))?;
+        };
+        let permit = match permit {
+            Ok(permit) => permit,
+            Err(_) => return Err(self.refused_while_held(name).await),
+        };
         if let Access::ReadAt(_) = access {
             // A read at a version opens the store read-only at it for this
             // operation, in a slot of the resident store: bounded as any
@@ -601,6 +639,17 @@ impl StoreApi for Embedded {
             let name = name.as_str();
             Ok(self.drop_named(name).await?)
         })
+    }
+
+    fn upgrade(
+        &self,
+        name: &str,
+        request: &UpgradeStore,
+    ) -> impl Future<Output = ApiResult<Upgraded>> + Send {
+        // Owned: the future borrows only `self`.
+        let name = name.to_owned();
+        let request = request.clone();
+        boxed(async move { Ok(self.upgrade_plugin(&name, request).await?) })
     }
 
     fn add_records(

@@ -1,10 +1,13 @@
-//! The registry's operations: create, adopt, list, describe, drop.
+//! The registry's operations: create, adopt, list, describe, drop, upgrade.
 
 use base64::Engine as _;
-use lance_context_client::{AdoptStore, Adopted, CreateStore, Dropped, PluginInfo, StoreInfo};
+use lance_context_client::{
+    AdoptStore, Adopted, CreateStore, Dropped, PinnedPlugin, PluginInfo, StoreInfo, UpgradeStore,
+    Upgraded,
+};
 use serde_json::Value;
 
-use super::{ApiError, Embedded};
+use super::{ApiError, Embedded, Hold};
 use crate::spec::SchemaSpec;
 use crate::{CreateOptions, ErrorKind, SchemaSource, StoreEntry};
 
@@ -75,7 +78,7 @@ impl Embedded {
     pub(super) async fn drop_named(&self, name: &str) -> Result<Dropped, ApiError> {
         // Its running operations end first; then its writer is released.
         let report = self
-            .dropping(name, async {
+            .holding(name, Hold::Dropping, async {
                 Ok(self
                     .registry
                     .drop_store(name, &self.config.storage_options)
@@ -87,6 +90,62 @@ impl Embedded {
             uri: report.uri,
             data_deleted: report.data_deleted,
             plugin_file_removed: report.plugin_file.is_some(),
+        })
+    }
+
+    pub(super) async fn upgrade_plugin(
+        &self,
+        name: &str,
+        request: UpgradeStore,
+    ) -> Result<Upgraded, ApiError> {
+        let (label, bytes) = match (request.plugin, request.plugin_wasm_base64) {
+            (Some(builtin), None) => {
+                if request.plugin_file_name.is_some() {
+                    return Err(no_component());
+                }
+                let bytes = crate::builtin_plugin_bytes(&builtin).ok_or_else(|| {
+                    ApiError::invalid(format!(
+                        "plugin '{builtin}': not a built-in plugin (rollout, context, datagen); send a component as plugin_wasm_base64"
+                    ))
+                })?;
+                (builtin, bytes.to_vec())
+            }
+            (None, Some(b64)) => {
+                let label = match &request.plugin_file_name {
+                    Some(given) => plugin_file_name(given)?,
+                    None => format!("{name}.wasm"),
+                };
+                (label, decoded(b64).await?)
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    "give exactly one of plugin, plugin_wasm_base64",
+                ));
+            }
+        };
+        let samples = samples(&request.samples)?;
+        // The store's running operations end and its handle is closed
+        // first: the operations after the upgrade open it with the new
+        // plugin.
+        let report = self
+            .holding(name, Hold::Upgrading, async {
+                Ok(self
+                    .registry()
+                    .upgrade(name, &label, &bytes, samples)
+                    .await?)
+            })
+            .await?;
+        let pinned = |pin: &crate::PluginPin| PinnedPlugin {
+            plugin: pin.name.clone(),
+            version: pin.version.clone(),
+            sha256: pin.sha256.clone(),
+        };
+        Ok(Upgraded {
+            store: report.name.clone(),
+            from: pinned(&report.from),
+            to: pinned(&report.to),
+            removed_plugin_file: report.removed_plugin_file.is_some(),
+            probe_warnings: report.probe_warnings,
         })
     }
 
@@ -212,15 +271,7 @@ async fn schema_source(
         (Some(p), None, None) => Some(SchemaSource::Builtin(p)),
         (None, Some(b64), None) => Some(SchemaSource::Plugin {
             label: format!("{name}.wasm"),
-            bytes: tokio::task::spawn_blocking(move || {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64.as_bytes())
-                    .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))
-            })
-            .await
-            .map_err(|e| {
-                ApiError::of_kind(ErrorKind::Internal, format!("decoding the plugin: {e}"))
-            })??,
+            bytes: decoded(b64).await?,
         }),
         (None, None, Some(spec)) => Some(SchemaSource::Spec(
             SchemaSpec::from_json(&spec.to_string()).map_err(ApiError::from)?,
@@ -231,4 +282,16 @@ async fn schema_source(
             ));
         }
     })
+}
+
+/// A component's bytes from base64, decoded off the async workers
+/// (megabytes).
+async fn decoded(b64: String) -> Result<Vec<u8>, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.as_bytes())
+            .map_err(|e| ApiError::invalid(format!("plugin_wasm_base64: not base64: {e}")))
+    })
+    .await
+    .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("decoding the plugin: {e}")))?
 }

@@ -74,6 +74,7 @@ pub(crate) fn routes() -> (axum::Router<Shared>, utoipa::openapi::OpenApi) {
         .routes(routes!(list_stores, create_store))
         .routes(routes!(describe_store, drop_store))
         .routes(routes!(adopt_store))
+        .routes(routes!(upgrade_store))
         .routes(routes!(list_records, add_records))
         .routes(routes!(get_record, delete_record, patch_record))
         .routes(routes!(lookup))

@@ -1,4 +1,5 @@
-//! `/api/v1/stores` and `/api/v1/stores/{name}`: the registry.
+//! `/api/v1/stores` and `/api/v1/stores/{name}`: the registry (create,
+//! adopt, list, describe, drop, upgrade).
 
 use axum::Json;
 use axum::body::Body;
@@ -7,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use lance_context_client::{
     AdoptStore, Adopted, CreateStore, Dropped, ErrorBody, StoreApi as _, StoreInfo, StoreList,
+    UpgradeStore, Upgraded,
 };
 
 use super::{Shared, large_json_body};
@@ -93,4 +95,17 @@ pub(super) async fn drop_store(
 ) -> Result<Json<Dropped>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
     Ok(Json(state.api.drop_store(&name).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/stores/{name}/upgrade", tag = "stores", params(("name" = String, Path, description = "the store")), request_body = UpgradeStore, responses((status = 200, description = "the store runs the new plugin", body = Upgraded), (status = 502, description = "the new plugin failed", body = ErrorBody)))]
+pub(super) async fn upgrade_store(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Json<Upgraded>, ApiError> {
+    // The role first: an anonymous caller gets 401 before its body is read.
+    authorize(&state.config.tokens, &headers, Some(&name), Role::Admin)?;
+    let request: UpgradeStore = large_json_body(&state, body).await?;
+    Ok(Json(state.api.upgrade(&name, &request).await?))
 }
