@@ -10,6 +10,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use base64::Engine as _;
+
 use lance_context_client::{
     ClientError, Condition, CountParams, CreateStore, GetMany, ListParams, QueryRequest,
     RecordsBody, RetrieveRequest, SearchRequest, StoreApi, TextLeg, UpgradeStore, VectorLeg,
@@ -87,6 +89,21 @@ async fn script<A: StoreApi>(api: &A) -> Transcript {
         name: "nothing".into(),
         ..CreateStore::default()
     };
+    // A component under a file name of the caller's (spaces, any script).
+    let named = CreateStore {
+        name: "named".into(),
+        plugin_wasm_base64: Some(
+            base64::engine::general_purpose::STANDARD.encode(crate::plugins::bytes("rollout")),
+        ),
+        plugin_file_name: Some("my plügin v2.wasm".into()),
+        ..CreateStore::default()
+    };
+    let info = t.ok(
+        "create from a named component",
+        api.create_store(&named).await,
+    );
+    assert_eq!(info["plugin"]["source"], "file:my plügin v2.wasm", "{info}");
+    t.ok("drop it", api.drop_store("named").await);
     let e = t.err("create from nothing", api.create_store(&neither).await);
     assert_eq!(e["code"], "invalid_input");
     let e = t.err(
@@ -325,6 +342,71 @@ async fn reads<A: StoreApi>(api: &A, t: &mut Transcript) {
         .await,
     );
     assert_eq!(e["code"], "invalid_input", "{e}");
+    let e = t.err(
+        "lookup a column named twice",
+        api.lookup(
+            "tickets",
+            &GetMany {
+                keys: vec!["t01".into()],
+                columns: Some(vec!["n".into(), "n".into()]),
+                as_of: None,
+            },
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "invalid_input", "{e}");
+    let e = t.err(
+        "list too many columns",
+        api.list(
+            "tickets",
+            &ListParams {
+                columns: Some(vec!["n"; 1001].join(",")),
+                ..ListParams::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(e["code"], "invalid_input", "{e}");
+    // Pages by offset in an order with ties: each record once.
+    let mut by_team = Vec::new();
+    for offset in [0, 5, 10] {
+        let page = t.ok(
+            "list a page by offset in an order with ties",
+            api.list(
+                "tickets",
+                &ListParams {
+                    order_by: Some("team".into()),
+                    columns: Some("id,team".into()),
+                    limit: Some(5),
+                    offset: Some(offset),
+                    ..ListParams::default()
+                },
+            )
+            .await,
+        );
+        for r in page["records"].as_array().unwrap() {
+            assert_eq!(r.as_object().map(|o| o.len()), Some(2), "{r}");
+            by_team.push(r["id"].as_str().unwrap().to_string());
+        }
+    }
+    let distinct: std::collections::BTreeSet<&String> = by_team.iter().collect();
+    assert_eq!((by_team.len(), distinct.len()), (12, 12), "{by_team:?}");
+    // A page by cursor with columns that leave out the key: the key is not
+    // added to the records.
+    let page = t.ok(
+        "list columns without the key",
+        api.list(
+            "tickets",
+            &ListParams {
+                columns: Some("n".into()),
+                limit: Some(3),
+                ..ListParams::default()
+            },
+        )
+        .await,
+    );
+    assert_eq!(page["records"][0], json!({"n": 0}), "{page}");
+    assert!(page["next_cursor"].is_string(), "{page}");
     let all = t.ok("count", api.count("tickets", &CountParams::default()).await);
     assert_eq!(all["count"], 12);
     let some = t.ok(
@@ -378,6 +460,19 @@ async fn writes<A: StoreApi>(api: &A, t: &mut Transcript) {
     assert_eq!(
         d,
         json!([{"key": "d1", "deleted": true}, {"key": "zz", "deleted": false}, {"key": "d2", "deleted": true}])
+    );
+    t.ok(
+        "add one to delete twice",
+        api.add("tickets", &[json!({"id": "d3", "team": "a", "n": 3})])
+            .await,
+    );
+    let d = t.ok(
+        "delete a key given twice",
+        api.delete_many("tickets", &["d3", "d3"]).await,
+    );
+    assert_eq!(
+        d,
+        json!([{"key": "d3", "deleted": true}, {"key": "d3", "deleted": false}])
     );
     let e = t.err(
         "delete many in a missing store",
@@ -625,7 +720,11 @@ async fn maintenance<A: StoreApi>(api: &A, t: &mut Transcript) {
         )
         .await,
     );
-    assert_eq!(e["code"], "not_found", "{e}");
+    assert_eq!(
+        (e["code"].as_str(), e["details"]["as_of"].as_u64()),
+        (Some("not_found"), Some(1 << 40)),
+        "{e}"
+    );
     t.err("versions of a missing store", api.versions("nope").await);
 
     // Upgrades: a store's plugin replaced by a build of the same schema;
@@ -1172,7 +1271,6 @@ fn every_store_command_answers_the_same_locally_and_through_a_server() {
 /// A store of the hostile test plugin (`{"mode": "loop"}` spins until the
 /// call deadline).
 fn hostile(name: &str) -> CreateStore {
-    use base64::Engine as _;
     let wasm = std::fs::read(lance_context_host::built_plugin("test_hostile")).unwrap();
     let mut create = CreateStore::builtin(name, "rollout");
     create.plugin = None;
@@ -1421,5 +1519,48 @@ async fn reads_at_a_version_are_bounded_like_any_operation() {
         }
     }
     assert!(counted >= 1 && busy >= 1, "{counted} counted, {busy} busy");
+    api.shutdown().await.unwrap();
+}
+
+/// A read at a version of a store kept open uses the plugin it holds: no
+/// second load (which would take one of the runtime's loaders, shared by
+/// every tenant). Shown by removing the pinned component from disk after
+/// the store is open: the versioned read still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_at_a_version_loads_no_plugin_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = embedded(dir.path(), Residency::Resident);
+    let create = CreateStore {
+        name: "runs".into(),
+        plugin_wasm_base64: Some(
+            base64::engine::general_purpose::STANDARD.encode(crate::plugins::bytes("rollout")),
+        ),
+        ..CreateStore::default()
+    };
+    api.create_store(&create).await.unwrap();
+    api.add("runs", &[json!({"id": "m1", "rollout_id": "r1"})])
+        .await
+        .unwrap();
+    api.merge("runs").await.unwrap();
+    let version = api
+        .versions("runs")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|v| v.current)
+        .unwrap()
+        .version;
+    let pinned: Vec<_> = std::fs::read_dir(dir.path().join("registry/plugins"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+    std::fs::remove_file(&pinned[0]).unwrap();
+    let at = CountParams {
+        filter: None,
+        as_of: Some(version),
+    };
+    assert_eq!(api.count("runs", &at).await.unwrap().count, 1);
     api.shutdown().await.unwrap();
 }

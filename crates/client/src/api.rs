@@ -137,6 +137,13 @@ impl RecordsBody {
 /// or Arrow and come out as JSON objects; a store's blob columns are left
 /// out of reads unless named (`ListParams::columns`).
 pub trait StoreApi: Send + Sync {
+    /// The most records one [`Self::list`] page holds, and the most keys
+    /// one [`Self::lookup`] or [`Self::delete_many`] takes: 10,000 through
+    /// a server; an embedded implementation's own bound.
+    fn page_limit(&self) -> usize {
+        10_000
+    }
+
     // --- the registry ---
 
     /// Create a store from a built-in plugin, a plugin component or a

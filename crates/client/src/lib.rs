@@ -87,7 +87,9 @@ pub struct CreateStore {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
     /// The plugin component's file name, recorded in the pin as
-    /// `file:NAME` (default `<store>.wasm`; letters, digits, `.`, `-`, `_`).
+    /// `file:NAME` (default `<store>.wasm`; a file name, not a path: at most
+    /// 128 characters, no `/`, `\\` or control characters, not starting
+    /// with `.`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin_file_name: Option<String>,
     /// Records the plugin should accept: the probe run before the plugin

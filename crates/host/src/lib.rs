@@ -28,7 +28,7 @@ mod reports;
 pub mod search;
 mod server;
 
-pub use api::{Embedded, EmbeddedConfig, Residency};
+pub use api::{Embedded, EmbeddedConfig, MAX_PAGE, Residency};
 pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;
 pub use named::{NamedStore, QueryFailure};

@@ -67,6 +67,24 @@ impl NamedStore {
         &self.probe_warnings
     }
 
+    /// The same store read at table version `version`: its entry and its
+    /// loaded plugin as they are (nothing loaded again), the dataset opened
+    /// read-only at that version.
+    pub async fn at_version(
+        &self,
+        storage_options: &std::collections::HashMap<String, String>,
+        version: u64,
+    ) -> Result<NamedStore, lance_context_store::Error> {
+        let config = crate::registry::store_config(&self.entry, &self.plugin, storage_options)
+            .with_as_of(version);
+        let store = Store::open_read_only(config).await?;
+        Ok(NamedStore::new(
+            self.entry.clone(),
+            self.plugin.clone(),
+            store,
+        ))
+    }
+
     /// The store's registry entry (name, uri, pinned plugin, spec).
     pub fn entry(&self) -> &StoreEntry {
         &self.entry

@@ -210,8 +210,11 @@ fn refused(
              look its keys up before sending it again)",
             error.message
         )
-    } else {
+    } else if error.code == "invalid_input" {
+        // About the batch as a whole (e.g. a column of another type).
         format!("{stopped}: {}: {}", origin.span(), error.message)
+    } else {
+        format!("{stopped}: {}", error.message)
     };
     error.message = message;
     failed(ClientError::Api { status, error }, via)

@@ -12,9 +12,6 @@ use super::through::{Via, failed};
 use crate::args::ScanArgs;
 use crate::output::Out;
 
-/// Most records of one page or lookup (the API's bound).
-const PAGE: usize = 10_000;
-
 /// `store get`: the records with these keys, then a not-found error naming
 /// the keys that have none (exit code 3).
 pub async fn get<A: StoreApi>(
@@ -28,10 +25,13 @@ pub async fn get<A: StoreApi>(
 ) -> Result<()> {
     let key = key_of(api, via, name).await?;
     let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+    // Each record once, however often its key is asked for.
+    let mut asked = std::collections::HashSet::new();
+    let unique: Vec<String> = ids.iter().filter(|k| asked.insert(*k)).cloned().collect();
     let mut found_keys = std::collections::HashSet::new();
     let mut printed = Vec::new();
-    // A page of keys per lookup: the API takes at most 10,000 at once.
-    for chunk in ids.chunks(PAGE) {
+    // As many keys per lookup as the implementation takes at once.
+    for chunk in unique.chunks(api.page_limit().max(1)) {
         let request = GetMany {
             keys: chunk.to_vec(),
             columns: columns.clone(),
@@ -62,9 +62,10 @@ async fn key_of<A: StoreApi>(api: &A, via: Via, name: &str) -> Result<String> {
 }
 
 /// `store scan`: every matching record (or `--limit` of them), read a page
-/// (at most 10,000 records) at a time: in key order by the API's cursor
-/// when no order or offset is given, else by offsets in the given order
-/// (the key's when none).
+/// at a time (the implementation's largest: 10,000 through a server, the
+/// whole store in one read where the data root is): in key order by the
+/// API's cursor when no order or offset is given, else by offsets in the
+/// given order (the key's when none; ties in key order).
 pub async fn scan<A: StoreApi>(
     api: &A,
     via: Via,
@@ -91,8 +92,11 @@ pub async fn scan<A: StoreApi>(
     };
     let mut pages = Vec::new();
     let mut read = 0usize;
+    let page_limit = api.page_limit().max(1);
     loop {
-        let want = scan.limit.map_or(PAGE, |l| (l - read).min(PAGE));
+        let want = scan
+            .limit
+            .map_or(page_limit, |l| (l - read).min(page_limit));
         if want == 0 {
             break;
         }
@@ -114,7 +118,7 @@ pub async fn scan<A: StoreApi>(
 }
 
 /// Pages of records printed as one list: JSON lines page after page, or
-/// one table.
+/// one table (the pages' JSON joined as written: columns keep their order).
 fn print_pages(out: &Out, pages: Vec<lance_context_client::Rows>) -> Result<()> {
     if out.json || pages.len() == 1 {
         for page in &pages {
@@ -122,11 +126,19 @@ fn print_pages(out: &Out, pages: Vec<lance_context_client::Rows>) -> Result<()> 
         }
         return Ok(());
     }
-    let mut all = Vec::new();
-    for page in pages {
-        all.extend(page.values()?);
-    }
-    out.records(&lance_context_client::Rows::from_values(&all)?)
+    let inner: Vec<&str> = pages
+        .iter()
+        .map(|p| {
+            let text = p.as_json().trim();
+            text.strip_prefix('[')
+                .and_then(|t| t.strip_suffix(']'))
+                .unwrap_or(text)
+                .trim()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    let joined = format!("[{}]", inner.join(","));
+    out.records(&lance_context_client::Rows::from_json(joined)?)
 }
 
 /// `store count`.

@@ -295,6 +295,8 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                     storage_options: options,
                     residency: Residency::Resident,
                     trusted_filters: true,
+                    // A whole store in one read, as one scan.
+                    max_page: usize::MAX,
                     ..EmbeddedConfig::default()
                 },
             );
@@ -319,6 +321,8 @@ pub async fn run(args: StoreArgs, out: Out) -> Result<()> {
                     storage_options: options,
                     residency: Residency::PerCall,
                     trusted_filters: true,
+                    // A whole store in one read, as one scan.
+                    max_page: usize::MAX,
                     ..EmbeddedConfig::default()
                 },
             );

@@ -266,8 +266,9 @@ pub async fn drop<A: StoreApi>(api: &A, via: Via, name: &str, yes: bool, out: Ou
     })
 }
 
-/// `store delete`: the keys deleted in writes of at most 10,000; a row per
-/// key ([`Deleted`]). A failure says which keys were deleted before it.
+/// `store delete`: the keys deleted in as few writes as the implementation
+/// takes (10,000 keys each through a server); a row per key ([`Deleted`]).
+/// A failure says which keys were deleted before it.
 pub async fn delete<A: StoreApi>(
     api: &A,
     via: Via,
@@ -276,20 +277,25 @@ pub async fn delete<A: StoreApi>(
     out: Out,
 ) -> Result<()> {
     let mut deleted: Vec<Deleted> = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(10_000) {
+    for chunk in keys.chunks(api.page_limit().max(1)) {
         let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
         match api.delete_many(name, &chunk).await {
             Ok(done) => deleted.extend(done),
             Err(e) if deleted.iter().any(|d| d.deleted) => {
+                const SHOWN: usize = 20;
                 let done: Vec<&str> = deleted
                     .iter()
                     .filter(|d| d.deleted)
                     .map(|d| d.key.as_str())
                     .collect();
+                let more = match done.len() > SHOWN {
+                    true => format!(" and {} more", done.len() - SHOWN),
+                    false => String::new(),
+                };
                 return Err(failed(e, via).context(format!(
-                    "deleting '{}' and the keys after it (deleted before: {})",
+                    "deleting '{}' and the keys after it (deleted before: {}{more})",
                     chunk[0],
-                    done.join(", ")
+                    done[..done.len().min(SHOWN)].join(", ")
                 )));
             }
             Err(e) => return Err(failed(e, via)),

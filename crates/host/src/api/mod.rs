@@ -33,6 +33,7 @@ use tokio::sync::{Mutex, OnceCell, Semaphore};
 use tokio_util::task::TaskTracker;
 
 pub(crate) use error::{ApiError, status};
+pub use records::MAX_PAGE;
 
 use crate::{ErrorKind, NamedStore, Registry};
 
@@ -64,6 +65,10 @@ pub struct EmbeddedConfig {
     /// LIKE, IS NULL — so that a request cannot make the host run
     /// arbitrary SQL.
     pub trusted_filters: bool,
+    /// Most records of one list page, and most keys of one lookup or
+    /// delete ([`records::MAX_PAGE`], 10,000, by default; a tool reading a
+    /// whole store where it lies may allow `usize::MAX`: one scan).
+    pub max_page: usize,
 }
 
 /// Whether a store stays open between operations.
@@ -102,7 +107,7 @@ impl Access {
 
 impl Default for EmbeddedConfig {
     /// 32 operations per store, a 2 s queue wait, no deadline, any uri,
-    /// stores kept open, plain filters only.
+    /// stores kept open, plain filters only, pages of at most 10,000.
     fn default() -> Self {
         Self {
             storage_options: HashMap::new(),
@@ -112,6 +117,7 @@ impl Default for EmbeddedConfig {
             allowed_uri_prefixes: None,
             residency: Residency::Resident,
             trusted_filters: false,
+            max_page: records::MAX_PAGE,
         }
     }
 }
@@ -123,7 +129,24 @@ pub(crate) struct OpenStore {
     pub slots: Arc<Semaphore>,
 }
 
-type Cell = Arc<OnceCell<Arc<OpenStore>>>;
+/// A store's place among those open: filled by the first operation (or by
+/// its create); marked held by a drop or an upgrade, after which an open
+/// that has not started does not start (one under way is waited for and
+/// closed by the holder).
+#[derive(Debug, Default)]
+struct Slot {
+    store: OnceCell<Arc<OpenStore>>,
+    held: std::sync::Mutex<Option<Hold>>,
+}
+
+impl Slot {
+    /// The hold on it, if any.
+    fn hold(&self) -> Option<Hold> {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+type Cell = Arc<Slot>;
 
 /// The stores held open, and the names being dropped.
 #[derive(Debug, Default)]
@@ -173,7 +196,7 @@ impl Stores {
         if self
             .open
             .get(name)
-            .is_some_and(|c| Arc::ptr_eq(c, cell) && c.get().is_none())
+            .is_some_and(|c| Arc::ptr_eq(c, cell) && c.store.get().is_none())
         {
             self.open.remove(name);
         }
@@ -230,7 +253,7 @@ impl Embedded {
             .await
             .open
             .drain()
-            .filter_map(|(_, cell)| cell.get().cloned())
+            .filter_map(|(_, cell)| cell.store.get().cloned())
             .collect();
         let mut first_error = None;
         for store in stores {
@@ -261,7 +284,7 @@ impl Embedded {
         until: Option<(tokio::time::Instant, Duration)>,
     ) -> Result<Arc<OpenStore>, ApiError> {
         let cell = self.stores.lock().await.cell(name)?;
-        if let Some(store) = cell.get() {
+        if let Some(store) = cell.store.get() {
             return Ok(store.clone());
         }
         let opening = {
@@ -269,12 +292,19 @@ impl Embedded {
             let (options, slots) = (self.config.storage_options.clone(), self.new_slots());
             let name = name.to_string();
             self.tasks.spawn(async move {
-                cell.get_or_try_init(|| async {
-                    let named = registry.open(&name, &options).await?;
-                    Ok::<_, ApiError>(Arc::new(OpenStore { named, slots }))
-                })
-                .await
-                .cloned()
+                cell.store
+                    .get_or_try_init(|| async {
+                        // Held by a drop or an upgrade since this open was asked
+                        // for: not opened (it would be left out of the holder's
+                        // close).
+                        if let Some(hold) = cell.hold() {
+                            return Err(hold.refusal(&name));
+                        }
+                        let named = registry.open(&name, &options).await?;
+                        Ok::<_, ApiError>(Arc::new(OpenStore { named, slots }))
+                    })
+                    .await
+                    .cloned()
             })
         };
         let opened = match until {
@@ -313,6 +343,7 @@ impl Embedded {
         let mut options = Some(options);
         let mut created = None;
         let filled = cell
+            .store
             .get_or_try_init(|| async {
                 let options = options.take().expect("taken once");
                 let named = self.registry.create(name, options).await?;
@@ -368,11 +399,16 @@ impl Embedded {
             // An open of this cell under way ends first (its handle is
             // closed here); none is started.
             let open = match cell {
-                Some(cell) => cell
-                    .get_or_try_init(|| async { Err::<Arc<OpenStore>, ()>(()) })
-                    .await
-                    .ok()
-                    .cloned(),
+                Some(cell) => {
+                    // Marked first: an open not yet started does not start;
+                    // one under way is waited for, and closed below.
+                    *cell.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(hold);
+                    cell.store
+                        .get_or_try_init(|| async { Err::<Arc<OpenStore>, ()>(()) })
+                        .await
+                        .ok()
+                        .cloned()
+                }
                 None => None,
             };
             if let Some(open) = open {
@@ -418,7 +454,7 @@ impl Embedded {
             .deadline
             .map(|d| (tokio::time::Instant::now() + d, d));
         if self.config.residency == Residency::PerCall {
-            return self.once(name, access, until, None, work).await;
+            return self.once(name, access, until, work).await;
         }
         let store = self.open(name, until).await?;
         let busy = || {
@@ -444,12 +480,29 @@ impl Embedded {
             Ok(permit) => permit,
             Err(_) => return Err(self.refused_while_held(name).await),
         };
-        if let Access::ReadAt(_) = access {
-            // A read at a version opens the store read-only at it for this
-            // operation, in a slot of the resident store: bounded as any
-            // other operation on it.
-            return self.once(name, access, until, Some(permit), work).await;
-        }
+        let store = match access {
+            // A read at a version: the dataset opened read-only at it for
+            // this operation, with the resident store's plugin (nothing
+            // loaded again), in a slot of the resident store: bounded as
+            // any other operation on it.
+            Access::ReadAt(version) => {
+                let opening = store
+                    .named
+                    .at_version(&self.config.storage_options, version);
+                let named = match until {
+                    Some((at, deadline)) => tokio::time::timeout_at(at, opening)
+                        .await
+                        .map_err(|_| past_deadline(deadline))?,
+                    None => opening.await,
+                }
+                .map_err(|e| version_refused(name, version, e))?;
+                Arc::new(OpenStore {
+                    named,
+                    slots: store.slots.clone(),
+                })
+            }
+            _ => store,
+        };
         let handle = store.clone();
         let work = work(store);
         let task = self.tasks.spawn(async move {
@@ -489,16 +542,14 @@ impl Embedded {
 }
 
 impl Embedded {
-    /// [`Self::on_store`] of [`Residency::PerCall`] (and of a read at a
-    /// version): the store opened for this operation (a writer only for a
-    /// write), closed after it; within `until` when given; `slot` held
-    /// until the work ends.
+    /// [`Self::on_store`] of [`Residency::PerCall`]: the store opened for
+    /// this operation (a writer only for a write, at a version for a read
+    /// at one), closed after it; within `until` when given.
     async fn once<T, F, Fut>(
         &self,
         name: &str,
         access: Access,
         until: Option<(tokio::time::Instant, Duration)>,
-        slot: Option<tokio::sync::OwnedSemaphorePermit>,
         work: F,
     ) -> Result<T, ApiError>
     where
@@ -511,9 +562,13 @@ impl Embedded {
             Ok::<_, ApiError>(match access {
                 Access::Read => self.registry.open_with(name, options, true, |c| c).await?,
                 Access::ReadAt(version) => {
-                    self.registry
-                        .open_with(name, options, true, |c| c.with_as_of(version))
-                        .await?
+                    // The store as it is, then its table at the version: a
+                    // version it does not keep is told apart from the rest.
+                    let latest = self.registry.open_with(name, options, true, |c| c).await?;
+                    latest
+                        .at_version(options, version)
+                        .await
+                        .map_err(|e| version_refused(name, version, e))?
                 }
                 Access::Write => {
                     self.registry
@@ -527,9 +582,10 @@ impl Embedded {
             // is not cut (it claims the shard).
             Some((at, deadline)) if access != Access::Write => tokio::time::timeout_at(at, open)
                 .await
-                .map_err(|_| past_deadline(deadline))??,
-            _ => open.await?,
+                .map_err(|_| past_deadline(deadline))?,
+            _ => open.await,
         };
+        let named = named?;
         let store = Arc::new(OpenStore {
             named,
             slots: self.new_slots(),
@@ -539,7 +595,6 @@ impl Embedded {
         // on a worker's stack, not nested in the caller's.
         let work = work(store.clone());
         let task = self.tasks.spawn(async move {
-            let _slot = slot;
             let result = work.await;
             if access == Access::Write {
                 // Released even after a failed write; the write's own error
@@ -582,6 +637,28 @@ fn joined<T>(ended: Result<Result<T, ApiError>, tokio::task::JoinError>) -> Resu
     })
 }
 
+/// A read at a version the store does not keep: `not_found` (as a store or
+/// key that is not there; the CLI's exit code 3), told apart by
+/// `details.as_of`.
+fn missing_version(name: &str, version: u64) -> ApiError {
+    ApiError::of_kind(
+        ErrorKind::NotFound,
+        format!(
+            "store '{name}' keeps no version {version} of its table (its versions list those kept)"
+        ),
+    )
+    .with_details(serde_json::json!({"as_of": version}))
+}
+
+/// A read at a version refused: a version the store does not keep is the
+/// caller's mistake; anything else is the engine's error.
+fn version_refused(name: &str, version: u64, e: lance_context_store::Error) -> ApiError {
+    match e.kind() {
+        lance_context_store::ErrorKind::NotFound => missing_version(name, version),
+        _ => ApiError::from(e),
+    }
+}
+
 fn past_deadline(deadline: Duration) -> ApiError {
     ApiError::new(
         status::SERVICE_UNAVAILABLE,
@@ -596,6 +673,10 @@ fn past_deadline(deadline: Duration) -> ApiError {
 /// `records`, `queries`, `admin`), its error as the API's, its future boxed
 /// (see [`boxed`]).
 impl StoreApi for Embedded {
+    fn page_limit(&self) -> usize {
+        self.config.max_page
+    }
+
     fn create_store(
         &self,
         create: &CreateStore,

@@ -13,8 +13,34 @@ use super::{Access, ApiError, Embedded, OpenStore};
 use crate::spec::Capability;
 use crate::{ErrorKind, conform, default_projection};
 
-/// Largest page of a list, and most keys of one lookup.
-pub(crate) const MAX_PAGE: usize = 10_000;
+/// Largest page of a list, and most keys of one lookup or delete, unless
+/// the configuration says otherwise ([`super::EmbeddedConfig::max_page`]).
+pub const MAX_PAGE: usize = 10_000;
+
+/// Most columns one read may name (a schema has tens).
+const MAX_COLUMNS: usize = 1_000;
+
+/// Columns a caller names: each once, at most [`MAX_COLUMNS`] (a request
+/// must not make the engine project one column millions of times).
+fn checked_columns(columns: &[String]) -> Result<(), ApiError> {
+    if columns.len() > MAX_COLUMNS {
+        return Err(ApiError::invalid(format!(
+            "{} columns named; at most {MAX_COLUMNS}",
+            columns.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(columns.len());
+    for c in columns {
+        if c.is_empty() {
+            return Err(ApiError::invalid("columns: an empty column name"));
+        }
+        if !seen.insert(c.as_str()) {
+            return Err(ApiError::invalid(format!("columns: '{c}' is named twice"))
+                .with_details(serde_json::json!({"column": c})));
+        }
+    }
+    Ok(())
+}
 
 impl Embedded {
     pub(super) async fn add_body(&self, name: &str, body: RecordsBody) -> Result<Added, ApiError> {
@@ -50,10 +76,12 @@ impl Embedded {
     }
 
     pub(super) async fn lookup_keys(&self, name: &str, request: GetMany) -> Result<Rows, ApiError> {
-        if request.keys.len() > MAX_PAGE {
-            return Err(ApiError::invalid(format!(
-                "at most {MAX_PAGE} keys per lookup"
-            )));
+        let most = self.config.max_page;
+        if request.keys.len() > most {
+            return Err(ApiError::invalid(format!("at most {most} keys per lookup")));
+        }
+        if let Some(columns) = &request.columns {
+            checked_columns(columns)?;
         }
         let GetMany {
             keys,
@@ -91,7 +119,7 @@ impl Embedded {
 
     pub(super) async fn page(&self, name: &str, params: ListParams) -> Result<Page, ApiError> {
         let access = Access::read(params.as_of);
-        let plan = PagePlan::of(params, self.config.trusted_filters)?;
+        let plan = PagePlan::of(params, self.config.trusted_filters, self.config.max_page)?;
         self.on_store(
             name,
             access,
@@ -105,18 +133,27 @@ impl Embedded {
         name: &str,
         keys: Vec<String>,
     ) -> Result<Vec<Deleted>, ApiError> {
-        if keys.len() > MAX_PAGE {
-            return Err(ApiError::invalid(format!(
-                "at most {MAX_PAGE} keys per delete"
-            )));
+        let most = self.config.max_page;
+        if keys.len() > most {
+            return Err(ApiError::invalid(format!("at most {most} keys per delete")));
         }
         self.on_store(name, Access::Write, move |store| async move {
-            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let done = store.named.delete(&refs).await?;
+            // Each key deleted once: a repeat deletes nothing more.
+            let mut first = std::collections::HashSet::with_capacity(keys.len());
+            let unique: Vec<&str> = keys
+                .iter()
+                .map(String::as_str)
+                .filter(|k| first.insert(*k))
+                .collect();
+            let done = store.named.delete(&unique).await?;
+            let mut deleted: std::collections::HashMap<&str, bool> =
+                unique.into_iter().zip(done).collect();
             Ok(keys
-                .into_iter()
-                .zip(done)
-                .map(|(key, deleted)| Deleted { key, deleted })
+                .iter()
+                .map(|key| Deleted {
+                    key: key.clone(),
+                    deleted: deleted.insert(key.as_str(), false).unwrap_or(false),
+                })
                 .collect())
         })
         .await
@@ -250,11 +287,11 @@ struct PagePlan {
 }
 
 impl PagePlan {
-    fn of(params: ListParams, trusted: bool) -> Result<Self, ApiError> {
+    fn of(params: ListParams, trusted: bool, max_page: usize) -> Result<Self, ApiError> {
         let limit = params.limit.unwrap_or(100);
-        if limit == 0 || limit > MAX_PAGE {
+        if limit == 0 || limit > max_page {
             return Err(ApiError::invalid(format!(
-                "limit must be 1..={MAX_PAGE}, got {limit}"
+                "limit must be 1..={max_page}, got {limit}"
             )));
         }
         if params.offset.is_some_and(|o| o > 1 << 53) {
@@ -277,15 +314,19 @@ impl PagePlan {
             }
             None => None,
         };
+        let columns: Option<Vec<String>> = params
+            .columns
+            .as_deref()
+            .map(|c| c.split(',').map(|s| s.trim().to_string()).collect());
+        if let Some(columns) = &columns {
+            checked_columns(columns)?;
+        }
         Ok(Self {
             limit,
             offset: params.offset,
             filter: checked_filter(params.filter, trusted)?,
             order,
-            columns: params
-                .columns
-                .as_deref()
-                .map(|c| c.split(',').map(|s| s.trim().to_string()).collect()),
+            columns,
             cursor,
         })
     }
@@ -294,7 +335,9 @@ impl PagePlan {
         let key = store.named.spec().key.clone();
         let mut order = self.order;
         let paging = order.is_empty() && self.offset.is_none();
-        if paging {
+        // Rows equal in the given order are taken in key order: pages by
+        // offset in that order neither repeat nor skip a row.
+        if !order.iter().any(|k| k.column == key) {
             order.push(SortKey::asc(&key));
         }
         let filter = match (self.filter, &self.cursor) {
@@ -306,14 +349,18 @@ impl PagePlan {
         let mut projection = self
             .columns
             .unwrap_or_else(|| default_projection(store.named.spec()));
-        if paging && !projection.contains(&key) {
+        // The key read for the cursor, and left out of the page when it
+        // was not asked for.
+        let key_added = paging && !projection.contains(&key);
+        if key_added {
             projection.push(key.clone());
         }
         let request = ScanRequest {
             filter,
             projection: Some(projection),
             order_by: order,
-            limit: Some(self.limit),
+            // No bound when the page may be as large as the store.
+            limit: (self.limit < usize::MAX).then_some(self.limit),
             offset: self.offset,
             ..ScanRequest::default()
         };
@@ -325,6 +372,14 @@ impl PagePlan {
             .then(|| last_string(&batch, &key))
             .flatten()
             .map(|k| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.as_bytes()));
+        let batch = match batch.schema().index_of(&key) {
+            Ok(at) if key_added => {
+                let mut batch = batch;
+                batch.remove_column(at);
+                batch
+            }
+            _ => batch,
+        };
         Ok(Page {
             records: rows(&batch)?,
             next_cursor,

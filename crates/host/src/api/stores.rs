@@ -183,18 +183,20 @@ fn no_component() -> ApiError {
 }
 
 /// A component's file name from a caller, for its pin (`file:NAME`): a
-/// plain name of at most 128 letters, digits, `.`, `-` and `_`.
+/// file name, not a path — at most 128 characters, no control characters,
+/// no `/` or `\`, not starting with `.` (it is shown in the pin and in
+/// errors, never used as a path).
 fn plugin_file_name(given: &str) -> Result<String, ApiError> {
     let plain = !given.is_empty()
-        && given.len() <= 128
+        && given.chars().count() <= 128
         && !given.starts_with('.')
-        && given
+        && !given
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+            .any(|c| c.is_control() || matches!(c, '/' | '\\'));
     match plain {
         true => Ok(given.to_string()),
         false => Err(ApiError::invalid(format!(
-            "plugin_file_name {:?}: give a plain file name (at most 128 letters, digits, '.', '-', '_', not starting with '.')",
+            "plugin_file_name {:?}: give a file name (at most 128 characters, no '/', '\\' or control characters, not starting with '.')",
             given.chars().take(140).collect::<String>()
         ))),
     }

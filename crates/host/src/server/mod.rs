@@ -179,6 +179,7 @@ impl Server {
                 residency: Residency::Resident,
                 // A request's filter is not the operator's: plain predicates.
                 trusted_filters: false,
+                max_page: crate::MAX_PAGE,
             },
         );
         Ok(Self {
