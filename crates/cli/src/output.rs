@@ -75,14 +75,17 @@ impl Out {
     /// one JSON line each, as received, or a table with the columns in the
     /// order the records give them.
     pub fn records(&self, rows: &lance_context_client::Rows) -> Result<()> {
-        let records: Vec<Box<serde_json::value::RawValue>> = serde_json::from_str(rows.as_json())?;
+        // Borrowed from the text: no allocation per record.
+        let records: Vec<&serde_json::value::RawValue> = serde_json::from_str(rows.as_json())?;
         if self.json {
+            // Buffered: stdout alone writes (and flushes) line by line.
             let stdout = std::io::stdout();
-            let mut out = stdout.lock();
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
             for record in &records {
                 out.write_all(record.get().as_bytes())?;
                 out.write_all(b"\n")?;
             }
+            out.flush()?;
             return Ok(());
         }
         if records.is_empty() {

@@ -334,10 +334,14 @@ impl PagePlan {
     async fn run(self, store: &OpenStore) -> Result<Page, ApiError> {
         let key = store.named.spec().key.clone();
         let mut order = self.order;
-        let paging = order.is_empty() && self.offset.is_none();
+        // A page as large as the store (a tool reading a whole store where
+        // it lies) is one read, in no order unless one is asked for;
+        // otherwise pages without an order or offset follow the key.
+        let unbounded = self.limit == usize::MAX;
+        let paging = order.is_empty() && self.offset.is_none() && !unbounded;
         // Rows equal in the given order are taken in key order: pages by
         // offset in that order neither repeat nor skip a row.
-        if !order.iter().any(|k| k.column == key) {
+        if (paging || !order.is_empty()) && !order.iter().any(|k| k.column == key) {
             order.push(SortKey::asc(&key));
         }
         let filter = match (self.filter, &self.cursor) {
@@ -360,7 +364,7 @@ impl PagePlan {
             projection: Some(projection),
             order_by: order,
             // No bound when the page may be as large as the store.
-            limit: (self.limit < usize::MAX).then_some(self.limit),
+            limit: (!unbounded).then_some(self.limit),
             offset: self.offset,
             ..ScanRequest::default()
         };
