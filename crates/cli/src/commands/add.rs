@@ -74,7 +74,7 @@ pub async fn add<A: StoreApi>(
             Ok(None) => break,
             Err(e) => {
                 bar.finish_and_clear();
-                return Err(e.context(stopped(added)));
+                return Err(e.context(super::store::stopped_at(added, false)));
             }
         };
         let (body, origin) = match raw {
@@ -136,7 +136,7 @@ fn refused(
     let ClientError::Api { status, mut error } = e else {
         return failed(e, via);
     };
-    let stopped = stopped(added);
+    let stopped = super::store::stopped_at(added, false);
     let plugin = error.details["row_errors"].is_array();
     let key = if plugin { "row_errors" } else { "input_errors" };
     let total = error.details["total"].as_u64();
@@ -218,12 +218,4 @@ fn refused(
     };
     error.message = message;
     failed(ClientError::Api { status, error }, via)
-}
-
-/// The outermost words of a refusal: what happened to the input so far.
-fn stopped(added: usize) -> String {
-    match added {
-        0 => "refused, nothing added".to_string(),
-        n => format!("refused, {n} record(s) added before this batch"),
-    }
 }

@@ -659,7 +659,7 @@ impl Rejects {
 }
 
 /// What happened to the input so far: the outermost words of a refusal.
-fn stopped_at(added: usize, dry_run: bool) -> String {
+pub(crate) fn stopped_at(added: usize, dry_run: bool) -> String {
     if dry_run {
         format!("dry run stopped ({added} valid record(s) before this batch)")
     } else if added == 0 {
