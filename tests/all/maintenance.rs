@@ -345,6 +345,57 @@ async fn count_and_time_triggers_fire() {
     store.close().await.unwrap();
 }
 
+/// The count trigger waits for a pause in the adds, up to a ceiling of
+/// unmerged generations (a merge beside a burst of adds slowed each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_count_trigger_waits_for_a_pause_in_the_adds() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.generation_threshold = Some(2);
+    config.merge.quiet_before_merge = Duration::from_secs(30);
+    config.merge.merge_without_pause_at = Some(5);
+    let store = Store::create(config).await.unwrap();
+    for i in 0..4 {
+        store
+            .add(&batch(&rows(&format!("b{i}"), "g", 3)))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(
+        generations(&store).await,
+        4,
+        "adds closer together than the pause: past the threshold, no merge"
+    );
+    store.add(&batch(&rows("b4", "g", 3))).await.unwrap();
+    assert!(
+        wait_until_merged(&store, Duration::from_secs(20)).await,
+        "at the ceiling the merge does not wait for the pause"
+    );
+    assert_eq!(base_rows(&uri).await.len(), 15);
+    store.close().await.unwrap();
+
+    // A pause merges what reached the threshold.
+    let (_dir2, uri2) = temp_uri();
+    let mut config = manual(&uri2);
+    config.merge.generation_threshold = Some(2);
+    config.merge.quiet_before_merge = Duration::from_millis(1500);
+    config.merge.merge_without_pause_at = None;
+    let store = Store::create(config).await.unwrap();
+    store.add(&batch(&rows("p", "g", 2))).await.unwrap();
+    store.add(&batch(&rows("q", "g", 2))).await.unwrap();
+    let added = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(generations(&store).await, 2, "within the pause: no merge");
+    assert!(
+        wait_until_merged(&store, Duration::from_secs(20)).await,
+        "merged after the pause"
+    );
+    assert!(added.elapsed() >= Duration::from_millis(1500));
+    assert_eq!(base_rows(&uri2).await.len(), 4);
+    store.close().await.unwrap();
+}
+
 async fn all_sorted(store: &Store) -> Vec<Row> {
     decode(
         &store

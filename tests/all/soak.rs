@@ -74,6 +74,7 @@ fn config(uri: &str) -> StoreConfig {
             ..IndexSettings::default()
         });
     c.merge.generation_threshold = Some(6);
+    c.merge.quiet_before_merge = Duration::ZERO;
     c.merge.interval = Some(Duration::from_millis(500));
     c.merge.cleanup_grace = Duration::from_millis(300);
     c.compaction.interval = Some(Duration::from_secs(2));

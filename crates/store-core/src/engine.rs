@@ -1102,14 +1102,13 @@ fn segments_to_fold(sizes: &[u64]) -> Option<usize> {
 /// secondary key, where missing; the newer dataset when one was created.
 ///
 /// On a table without rows an index is created as a definition that covers
-/// nothing yet (the first merge trains it). It must exist **before a writer
-/// opens**: MemWAL writers maintain the table's indexes in memory, and Lance
-/// 14 makes a flush wait until the in-memory indexes cover the whole memtable
-/// only when the writer maintains at least one. Without one, a generation can
-/// be flushed while its key index (the `_pk_index` sidecar that reads use to
-/// keep only the newest version of a key) is still behind: a generation with
-/// no sidecar cannot be read, and one with part of it lets older versions
-/// through. Seen in crash trials under load (`docs/reliability.md`).
+/// nothing yet (the first merge trains it). Created before a writer opens:
+/// an older build of this engine has its writers maintain it in memory,
+/// which is what made its flushes wait for each generation's key sidecar
+/// (`_pk_index`; a generation flushed without it cannot be read, one with
+/// part of it lets older versions through — seen in crash trials under
+/// load, `docs/reliability.md`). This build's writer freezes only with no
+/// put running instead (`crate::writer`).
 pub(crate) async fn ensure_scalar_indexes(
     dataset: &Dataset,
     key: &str,
@@ -1363,6 +1362,41 @@ async fn tick(t: &mut Option<tokio::time::Interval>) {
     }
 }
 
+/// What the count trigger does after an add.
+enum CountTrigger {
+    /// Below the threshold: nothing.
+    Skip,
+    Merge,
+    /// The task was asked to stop while it waited.
+    Stop,
+}
+
+/// The count trigger: merge when this instance's shard holds at least
+/// `threshold` unmerged generations — once no add has come for
+/// `quiet_before_merge`, or at once when they reach `merge_without_pause_at`
+/// (see [`crate::MergeSettings`]). Each add wakes the wait (`kick`).
+async fn count_trigger(engine: &Engine, stop: &Notify, threshold: usize) -> Result<CountTrigger> {
+    let merge = &engine.settings.merge;
+    let at_once = |pending: usize| {
+        merge.quiet_before_merge.is_zero()
+            || merge.merge_without_pause_at.is_some_and(|at| pending >= at)
+    };
+    let mut pending = engine.own_pending_generations().await?;
+    if pending < threshold {
+        return Ok(CountTrigger::Skip);
+    }
+    loop {
+        if at_once(pending) {
+            return Ok(CountTrigger::Merge);
+        }
+        tokio::select! {
+            _ = stop.notified() => return Ok(CountTrigger::Stop),
+            _ = tokio::time::sleep(merge.quiet_before_merge) => return Ok(CountTrigger::Merge),
+            _ = engine.kick.notified() => pending = engine.own_pending_generations().await?,
+        }
+    }
+}
+
 async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
     let mut merge_tick = ticker(engine.settings.merge.interval);
     let mut compact_tick = ticker(engine.settings.compaction.interval);
@@ -1384,12 +1418,17 @@ async fn run(engine: Arc<Engine>, stop: Arc<Notify>) {
                 if latched() { continue }
                 let Some(threshold) = engine.settings.merge.generation_threshold else { continue };
                 let result = async {
-                    if engine.own_pending_generations().await? >= threshold {
-                        Box::pin(engine.merge(None, #[cfg(feature = "failpoints")] None)).await?;
+                    match count_trigger(&engine, &stop, threshold).await? {
+                        CountTrigger::Merge if !latched() => {
+                            Box::pin(engine.merge(None, #[cfg(feature = "failpoints")] None)).await?;
+                        }
+                        CountTrigger::Stop => return Ok(true),
+                        _ => {}
                     }
-                    Ok(())
+                    Ok(false)
                 }.await;
-                engine.record_background("merge (generation count)", result);
+                if let Ok(true) = result { break }
+                engine.record_background("merge (generation count)", result.map(|_| ()));
             }
             _ = tick(&mut merge_tick) => {
                 if latched() { continue }

@@ -330,14 +330,14 @@ impl Store {
             ));
         }
         // The key index exists before the writer opens (see
-        // `ensure_scalar_indexes`: the writer then keeps it in memory, which
-        // makes every flush wait for the generation's key sidecar).
+        // `ensure_scalar_indexes`), and the writers keep no table index in
+        // memory (`narrow_maintained_indexes`).
         let dataset = match writable {
             true => {
                 let mut dataset = ensure_scalar_indexes(&dataset, &schemas.key, &config.indexes)
                     .await?
                     .unwrap_or(dataset);
-                narrow_maintained_indexes(&mut dataset, &format!("{}_idx", schemas.key)).await;
+                narrow_maintained_indexes(&mut dataset).await;
                 dataset
             }
             false => dataset,

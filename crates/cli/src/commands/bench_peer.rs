@@ -19,15 +19,20 @@
 //!   merges off, and the floor with the key index Lance's writer then keeps
 //!   in each memtable and writes with each generation (as the engine's is).
 //!
-//! The other figures of the comparison (batched adds, gets, scans, search,
-//! merge, cold start, disk, upsert) are in `bench`, `bench-search` and
-//! `bench-server`; they are not repeated here yet.
+//! Then the workload ([`bench_workload`]): batched adds of 1k and 10k
+//! records, gets (p50/p99) and a filtered scan before and after a merge,
+//! the merge's throughput, disk bytes per record and a cold start, on both,
+//! at 20k records (rounds alternating) and once at ~1M. Vector search
+//! against the previous implementation is `bench-search`; the upsert of
+//! 1,000 records against its floor, `bench --records-rows`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+
+use super::bench_workload;
 use clap::Args;
 use lance_context_host::spec::SchemaSpec;
 use lance_context_host::{
@@ -56,11 +61,28 @@ pub struct PeerBenchArgs {
     /// Leave the previous implementation out.
     #[arg(long)]
     no_peer: bool,
+    /// The workload's records in 10,000-record adds (10 adds of 1,000
+    /// follow); 0 leaves the workload out.
+    #[arg(long, default_value_t = 10_000)]
+    workload_rows: usize,
+    /// Rounds of the workload (each side, alternating).
+    #[arg(long, default_value_t = 3)]
+    workload_rounds: usize,
+    /// The workload once more at this many records (one round); 0 leaves it
+    /// out.
+    #[arg(long, default_value_t = 1_000_000)]
+    large_rows: usize,
+    /// Gets per layout (unmerged, merged) in the workload.
+    #[arg(long, default_value_t = 200)]
+    gets: usize,
+    /// Leave the single durable add out (the workload only).
+    #[arg(long)]
+    no_single_add: bool,
 }
 
 const DIM: usize = 64;
 
-const SPEC: &str = r#"{"name": "peer", "key": "id", "columns": [
+pub(super) const SPEC: &str = r#"{"name": "peer", "key": "id", "columns": [
     {"name": "id", "type": "Utf8", "nullable": false},
     {"name": "step", "type": "Int64"},
     {"name": "score", "type": "Float32"},
@@ -69,7 +91,7 @@ const SPEC: &str = r#"{"name": "peer", "key": "id", "columns": [
   "vectors": [{"column": "emb", "dimension": 64, "metric": "cosine"}]}"#;
 
 /// The previous implementation's declaration of the same schema.
-const PEER_SCHEMA: &str = r#"{"id": {"type": "string", "nullable": false},
+pub(super) const PEER_SCHEMA: &str = r#"{"id": {"type": "string", "nullable": false},
   "step": "int64", "score": "float32", "text": "string",
   "emb": {"type": "vector", "dim": 64, "metric": "cosine"}}"#;
 
@@ -88,7 +110,7 @@ for i in range(n):
 print(json.dumps(times[1:]))
 "#;
 
-fn record(i: usize) -> serde_json::Value {
+pub(super) fn record(i: usize) -> serde_json::Value {
     let emb: Vec<f32> = (0..DIM)
         .map(|j| ((i * 31 + j) % 17) as f32 / 17.0 + 0.01)
         .collect();
@@ -96,7 +118,7 @@ fn record(i: usize) -> serde_json::Value {
            "text": format!("step {i} of the agent"), "emb": emb})
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -127,6 +149,18 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
         PluginLimits::default(),
         lance_context_host::default_cache_dir().as_deref(),
     )?);
+    if !args.no_single_add {
+        single_add(&args, &runtime, python.as_deref()).await?;
+    }
+    workload(&args, &runtime, python.as_deref()).await
+}
+
+/// The single durable add: every variant, alternating round by round.
+async fn single_add(
+    args: &PeerBenchArgs,
+    runtime: &Arc<PluginRuntime>,
+    python: Option<&Path>,
+) -> Result<()> {
     let names = [
         "host (plugin + engine)",
         "engine alone",
@@ -149,10 +183,10 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
         order.rotate_left(round % names.len());
         for v in order {
             let times = match v {
-                0 => host_adds(&runtime, &dir, args.adds).await?,
-                1 | 5 => engine_adds(&runtime, &dir, args.adds, v == 1).await?,
-                2 | 3 | 6 => floor_adds(&runtime, &dir, args.adds, v == 3, v == 6).await?,
-                _ => match &python {
+                0 => host_adds(runtime, &dir, args.adds).await?,
+                1 | 5 => engine_adds(runtime, &dir, args.adds, v == 1).await?,
+                2 | 3 | 6 => floor_adds(runtime, &dir, args.adds, v == 3, v == 6).await?,
+                _ => match python {
                     Some(p) => peer_adds(p, &dir, args.adds)?,
                     None => Vec::new(),
                 },
@@ -165,6 +199,53 @@ pub async fn run(args: PeerBenchArgs) -> Result<()> {
         s.sort_by(f64::total_cmp);
     }
     report(&names, &samples);
+    Ok(())
+}
+
+/// The workload on both sides (see [`bench_workload`]): at `--workload-rows`
+/// for `--workload-rounds` rounds, then once at `--large-rows`.
+async fn workload(
+    args: &PeerBenchArgs,
+    runtime: &Arc<PluginRuntime>,
+    python: Option<&Path>,
+) -> Result<()> {
+    for (rows, rounds) in [
+        (args.workload_rows, args.workload_rounds),
+        (args.large_rows, 1),
+    ] {
+        if rows == 0 || rounds == 0 {
+            continue;
+        }
+        ensure!(
+            rows % 10_000 == 0,
+            "--workload-rows and --large-rows are multiples of 10,000 (got {rows})"
+        );
+        let load = bench_workload::Load {
+            rows,
+            gets: args.gets,
+        };
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let dir = args.data.join(format!("workload-{rows}-{round}"));
+            std::fs::create_dir_all(&dir)?;
+            // Alternate which side goes first.
+            let peer_first = round % 2 == 1;
+            if let (true, Some(p)) = (peer_first, python) {
+                theirs.push(bench_workload::theirs(p, &dir, load)?);
+            }
+            ours.push(bench_workload::ours(runtime, &dir, load).await?);
+            if let (false, Some(p)) = (peer_first, python) {
+                theirs.push(bench_workload::theirs(p, &dir, load)?);
+            }
+            std::fs::remove_dir_all(&dir).ok();
+            println!(
+                "workload at {} records: round {} of {rounds} done",
+                rows + 10_000,
+                round + 1
+            );
+        }
+        bench_workload::report(load, rounds, &ours, &theirs);
+    }
     Ok(())
 }
 

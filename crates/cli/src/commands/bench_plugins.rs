@@ -109,23 +109,44 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Load the plugin twice, each time in a new runtime: compiled, then from
-/// the compile cache. The second runtime and its plugin.
+/// Load the plugin: compiled (a first start), then five cached starts (a
+/// new runtime, the plugin from the compile cache: what a new process
+/// opening a store does), then five loads in a runtime that holds the
+/// compiled plugin already (a second store of the same plugin, a store
+/// opened again). The last runtime and its plugin.
 fn load(bytes: &[u8], cache: &std::path::Path) -> Result<(PluginRuntime, LoadedPlugin)> {
     let t = Instant::now();
     let cold = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
     cold.load("rollout", bytes, vec![])?;
     let cold_load = t.elapsed();
     drop(cold);
-    let t = Instant::now();
+    let (mut runtimes, mut cached) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t = Instant::now();
+        let runtime = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
+        runtimes.push(t.elapsed());
+        let t = Instant::now();
+        runtime.load("rollout", bytes, vec![])?;
+        cached.push(t.elapsed());
+    }
     let runtime = PluginRuntime::new(PluginLimits::default(), Some(cache))?;
-    let plugin: LoadedPlugin = runtime.load("rollout", bytes, vec![])?;
-    let warm_load = t.elapsed();
+    let mut plugin: LoadedPlugin = runtime.load("rollout", bytes, vec![])?;
+    let mut in_memory = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        plugin = runtime.load("rollout", bytes, vec![])?;
+        in_memory.push(t.elapsed());
+    }
+    let (runtime_new, from_cache) = (median(runtimes), median(cached));
+    let started = runtime_new + from_cache;
     println!(
-        "load:   first start (compile) {:.1} ms | second start (compile cache {:?}) {:.1} ms",
+        "load:   first start (compile) {:.1} ms | cached start {:.1} ms: a runtime {:.1} ms + the plugin from the compile cache {:.1} ms (goal ≤ 5 ms: {}) | the plugin again in a runtime that compiled it {:.1} ms (medians of 5)",
         ms(cold_load),
-        runtime.cache_stats(),
-        ms(warm_load)
+        ms(started),
+        ms(runtime_new),
+        ms(from_cache),
+        if ms(started) <= 5.0 { "met" } else { "NOT met" },
+        ms(median(in_memory)),
     );
     Ok((runtime, plugin))
 }

@@ -8,6 +8,7 @@ pub mod bench_plugins;
 pub mod bench_records;
 pub mod bench_search;
 pub mod bench_server;
+pub mod bench_workload;
 pub mod dataset;
 pub mod demo;
 pub mod dev;

@@ -1,0 +1,342 @@
+//! `lance-context dev bench-peer`, the workload: what a user of the previous
+//! implementation does with a store, on both, alternating round by round, a
+//! fresh store per round. This host through a spec store (records as JSON
+//! Lines through the plugin), the previous implementation through
+//! `GenericStore` with `seal_on_add=True`, the same schema and records as
+//! the single durable add.
+//!
+//! The load: `rows / 10,000` adds of 10,000 records, then 10 adds of 1,000
+//! (`rows + 10,000` records, one generation per add). Then: gets of keys
+//! spread over the store, a filtered scan of a tenth of the rows, a merge of
+//! the WAL tier into the base, the gets and the scan again, the bytes on
+//! disk per record, and a cold start (a new process opens the store and
+//! answers one get).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use lance_context_host::spec::SchemaSpec;
+use lance_context_host::{CreateOptions, PluginRuntime, Registry, SchemaSource, rows_from_json};
+use lance_context_store::ScanRequest;
+
+use super::bench_peer::{PEER_SCHEMA, SPEC, pct, record};
+
+/// Each figure: its name, its unit, and whether more is better.
+pub const FIGURES: [(&str, &str, bool); 11] = [
+    ("batched add, 1k records", "records/s", true),
+    ("batched add, 10k records", "records/s", true),
+    ("get p50, unmerged", "ms", false),
+    ("get p99, unmerged", "ms", false),
+    ("filtered scan (a tenth), unmerged", "ms", false),
+    ("merge into the base", "records/s", true),
+    ("get p50, merged", "ms", false),
+    ("get p99, merged", "ms", false),
+    ("filtered scan (a tenth), merged", "ms", false),
+    ("disk bytes per record", "B", false),
+    ("cold start: a process opens, one get", "ms", false),
+];
+
+/// Cold starts timed per side per round (their median is reported).
+const COLD_STARTS: usize = 5;
+
+/// Filtered scans timed per layout (their median is reported).
+const SCANS: usize = 5;
+
+/// The size of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Records in 10,000-record adds (a multiple of 10,000, at least one).
+    pub rows: usize,
+    /// Gets per layout.
+    pub gets: usize,
+}
+
+impl Load {
+    fn total(&self) -> usize {
+        self.rows + 10_000
+    }
+
+    /// The key of get number `g`: spread over the whole store, the same
+    /// sequence on both sides.
+    fn key(&self, g: usize) -> usize {
+        (g * 7919 + 13) % self.total()
+    }
+}
+
+/// The previous implementation's side, the same steps (prints the figures
+/// but the cold start as one JSON list, in the order of [`FIGURES`]).
+const PEER_SCRIPT: &str = r#"
+import json, os, statistics, sys, time
+from lance_context import GenericStore
+uri, schema, rows, gets = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+total = rows + 10000
+def rec(i):
+    return {"id": f"r{i}", "step": i, "score": i / 7, "text": f"step {i} of the agent",
+            "emb": [((i * 31 + j) % 17) / 17 + 0.01 for j in range(64)]}
+def pct(ts, p):
+    ts = sorted(ts)
+    return ts[round((len(ts) - 1) * p)]
+store = GenericStore.open(uri, schema=schema, seal_on_add=True)
+added = 0
+def adds(count, size):
+    global added
+    rates = []
+    for _ in range(count):
+        batch = [rec(k) for k in range(added, added + size)]
+        t = time.perf_counter()
+        store.add(batch)
+        rates.append(size / (time.perf_counter() - t))
+        added += size
+    return statistics.median(rates)
+r10 = adds(rows // 10000, 10000)
+r1 = adds(10, 1000)
+def get_times():
+    ts = []
+    for g in range(gets):
+        k = (g * 7919 + 13) % total
+        t = time.perf_counter()
+        r = store.get(f"r{k}")
+        ts.append((time.perf_counter() - t) * 1000)
+        assert r is not None and r["step"] == k, (k, r)
+    return pct(ts, 0.5), pct(ts, 0.99)
+def scan():
+    ts = []
+    for _ in range(5):
+        t = time.perf_counter()
+        out = store.list(filter=f"step < {total // 10}")
+        ts.append((time.perf_counter() - t) * 1000)
+        assert len(out) == total // 10, len(out)
+    return statistics.median(ts)
+g50, g99 = get_times()
+s1 = scan()
+t = time.perf_counter()
+store.cleanup_wal()
+merge = total / (time.perf_counter() - t)
+m50, m99 = get_times()
+s2 = scan()
+disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(uri) for f in fs)
+print(json.dumps([r1, r10, g50, g99, s1, merge, m50, m99, s2, disk / total]))
+"#;
+
+/// A new process opening the previous implementation's store and answering
+/// one get.
+const PEER_COLD: &str = r#"
+import sys
+from lance_context import GenericStore
+store = GenericStore.open_existing(sys.argv[1])
+assert store.get(sys.argv[2]) is not None
+"#;
+
+/// JSON Lines of records `from..from + count`.
+fn lines(from: usize, count: usize) -> String {
+    let mut out = String::with_capacity(count * 600);
+    for i in from..from + count {
+        out.push_str(&record(i).to_string());
+        out.push('\n');
+    }
+    out
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    pct(&v, 0.5)
+}
+
+/// Bytes of every file under `dir`.
+fn disk_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => disk_bytes(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
+/// The median wall time of `COLD_STARTS` runs of `command` (each must
+/// succeed).
+fn cold_start(mut command: impl FnMut() -> Command) -> Result<f64> {
+    let mut times = Vec::with_capacity(COLD_STARTS);
+    for _ in 0..COLD_STARTS {
+        let started = Instant::now();
+        let out = command()
+            .output()
+            .context("starting the cold-start process")?;
+        ensure!(
+            out.status.success(),
+            "the cold-start process failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        times.push(ms(started.elapsed()));
+    }
+    Ok(median(times))
+}
+
+/// This host's figures, in the order of [`FIGURES`].
+pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Result<Vec<f64>> {
+    let root = dir.join("host-root");
+    let registry = Registry::at(&root, runtime.clone())?;
+    let store = registry
+        .create(
+            "peer",
+            CreateOptions::new(SchemaSource::Spec(SchemaSpec::from_json(SPEC)?)),
+        )
+        .await?;
+    let mut added = 0;
+    let mut adds = async |count: usize, size: usize| -> Result<f64> {
+        let mut rates = Vec::with_capacity(count);
+        for _ in 0..count {
+            let text = lines(added, size);
+            let started = Instant::now();
+            let batch = rows_from_json(store.plugin(), text.as_bytes())?;
+            store.add(&batch).await?;
+            rates.push(size as f64 / started.elapsed().as_secs_f64());
+            added += size;
+        }
+        Ok(median(rates))
+    };
+    let r10 = adds(load.rows / 10_000, 10_000).await?;
+    let r1 = adds(10, 1_000).await?;
+    let gets = async || -> Result<(f64, f64)> {
+        let mut times = Vec::with_capacity(load.gets);
+        for g in 0..load.gets {
+            let key = format!("r{}", load.key(g));
+            let started = Instant::now();
+            let found = store.get(&key).await?;
+            times.push(ms(started.elapsed()));
+            ensure!(found.is_some(), "{key} not found");
+        }
+        times.sort_by(f64::total_cmp);
+        Ok((pct(&times, 0.5), pct(&times, 0.99)))
+    };
+    let tenth = load.total() / 10;
+    let scan = async || -> Result<f64> {
+        let mut times = Vec::with_capacity(SCANS);
+        for _ in 0..SCANS {
+            let started = Instant::now();
+            let out = store
+                .scan(ScanRequest::new().filter(format!("step < {tenth}")))
+                .await?;
+            times.push(ms(started.elapsed()));
+            ensure!(out.num_rows() == tenth, "the scan read {}", out.num_rows());
+        }
+        Ok(median(times))
+    };
+    let (g50, g99) = gets().await?;
+    let s1 = scan().await?;
+    let started = Instant::now();
+    let merged = store.merge().await?;
+    let merge = merged.rows_upserted as f64 / started.elapsed().as_secs_f64();
+    let (m50, m99) = gets().await?;
+    let s2 = scan().await?;
+    store.close().await?;
+    // Disk once the cleanup grace has passed (merged generations and WAL
+    // entries removed, old versions past retention): what a store settles
+    // at, the grace (15 minutes) shortened to skip the wait.
+    let settled = registry
+        .open_with("peer", &Default::default(), false, |mut c| {
+            c.merge.cleanup_grace = Duration::from_millis(1);
+            c.merge.manifest_prune_age = Duration::from_millis(1);
+            c.retention.keep_for = Duration::ZERO;
+            c
+        })
+        .await?;
+    settled.merge().await?;
+    settled.apply_retention().await?;
+    settled.close().await?;
+    let disk = disk_bytes(&root.join("stores").join("peer")) as f64 / load.total() as f64;
+    let exe = std::env::current_exe()?;
+    let key = format!("r{}", load.total() / 2);
+    let cold = cold_start(|| {
+        let mut c = Command::new(&exe);
+        c.args(["store", "--data"])
+            .arg(&root)
+            .args(["get", "peer", &key]);
+        c
+    })?;
+    Ok(vec![r1, r10, g50, g99, s1, merge, m50, m99, s2, disk, cold])
+}
+
+/// The previous implementation's figures, in the order of [`FIGURES`].
+pub fn theirs(python: &Path, dir: &Path, load: Load) -> Result<Vec<f64>> {
+    let uri: PathBuf = dir.join("peer-workload.lance");
+    let line = super::bench_search::run_peer(
+        python,
+        dir,
+        PEER_SCRIPT,
+        &[
+            uri.as_os_str(),
+            std::ffi::OsStr::new(PEER_SCHEMA),
+            std::ffi::OsStr::new(&load.rows.to_string()),
+            std::ffi::OsStr::new(&load.gets.to_string()),
+        ],
+    )?;
+    let mut figures: Vec<f64> =
+        serde_json::from_str(&line).context("reading the previous implementation's figures")?;
+    let script = dir.join("peer-cold.py");
+    std::fs::write(&script, PEER_COLD)?;
+    let key = format!("r{}", load.total() / 2);
+    figures.push(cold_start(|| {
+        let mut c = Command::new(python);
+        c.arg(&script).arg(&uri).arg(&key);
+        c
+    })?);
+    ensure!(
+        figures.len() == FIGURES.len(),
+        "the previous implementation gave {} figures, not {}",
+        figures.len(),
+        FIGURES.len()
+    );
+    Ok(figures)
+}
+
+/// The table: each figure's median over the rounds on both sides, and how
+/// many times better this host is (more than 1: this host is better).
+pub fn report(load: Load, rounds: usize, ours: &[Vec<f64>], theirs: &[Vec<f64>]) {
+    println!();
+    println!(
+        "workload: {} records ({} adds of 10,000, then 10 of 1,000), {} gets per layout, medians of {} round(s)",
+        load.total(),
+        load.rows / 10_000,
+        load.gets,
+        rounds
+    );
+    println!(
+        "{:<40} {:>10} {:>14} {:>14} {:>9}",
+        "figure", "unit", "previous", "this host", "× better"
+    );
+    for (i, (name, unit, more_is_better)) in FIGURES.iter().enumerate() {
+        let of = |runs: &[Vec<f64>]| median(runs.iter().map(|r| r[i]).collect());
+        let us = of(ours);
+        let them = if theirs.is_empty() {
+            f64::NAN
+        } else {
+            of(theirs)
+        };
+        let better = match more_is_better {
+            true => us / them,
+            false => them / us,
+        };
+        let cell = |v: f64| match v.is_nan() {
+            true => "-".to_string(),
+            false if v >= 100.0 => format!("{v:.0}"),
+            false => format!("{v:.2}"),
+        };
+        println!(
+            "{name:<40} {unit:>10} {:>14} {:>14} {:>9}",
+            cell(them),
+            cell(us),
+            cell(better)
+        );
+    }
+}
