@@ -259,7 +259,7 @@ pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Resul
     let key = format!("r{}", load.total() / 2);
     let cold = cold_start(|| {
         let mut c = Command::new(&exe);
-        c.args(["store", "--data"])
+        c.args(["store", "--root"])
             .arg(&root)
             .args(["get", "peer", &key]);
         c
