@@ -10,7 +10,10 @@
 //! spread over the store, a filtered scan of a tenth of the rows, a merge of
 //! the WAL tier into the base, the gets and the scan again, the bytes on
 //! disk per record, and a cold start (a new process opens the store and
-//! answers one get).
+//! answers one get). Then an upsert of 1,000 records by the caller's key
+//! into a store of the context schema holding 10,000 (half of each upsert
+//! replaces, half is new): this host's `context` store, the previous
+//! implementation's `Context.upsert_many(key="external_id")`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +28,7 @@ use lance_context_store::ScanRequest;
 use super::bench_peer::{PEER_SCHEMA, SPEC, pct, record};
 
 /// Each figure: its name, its unit, and whether more is better.
-pub const FIGURES: [(&str, &str, bool); 11] = [
+pub const FIGURES: [(&str, &str, bool); 12] = [
     ("batched add, 1k records", "records/s", true),
     ("batched add, 10k records", "records/s", true),
     ("get p50, unmerged", "ms", false),
@@ -37,6 +40,7 @@ pub const FIGURES: [(&str, &str, bool); 11] = [
     ("filtered scan (a tenth), merged", "ms", false),
     ("disk bytes per record", "B", false),
     ("cold start: a process opens, one get", "ms", false),
+    ("upsert of 1,000 records (context schema)", "ms", false),
 ];
 
 /// Cold starts timed per side per round (their median is reported).
@@ -264,7 +268,10 @@ pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Resul
             .args(["get", "peer", &key]);
         c
     })?;
-    Ok(vec![r1, r10, g50, g99, s1, merge, m50, m99, s2, disk, cold])
+    let upsert = ours_upsert(runtime, dir).await?;
+    Ok(vec![
+        r1, r10, g50, g99, s1, merge, m50, m99, s2, disk, cold, upsert,
+    ])
 }
 
 /// The previous implementation's figures, in the order of [`FIGURES`].
@@ -291,6 +298,7 @@ pub fn theirs(python: &Path, dir: &Path, load: Load) -> Result<Vec<f64>> {
         c.arg(&script).arg(&uri).arg(&key);
         c
     })?);
+    figures.push(theirs_upsert(python, dir)?);
     ensure!(
         figures.len() == FIGURES.len(),
         "the previous implementation gave {} figures, not {}",
@@ -339,4 +347,94 @@ pub fn report(load: Load, rounds: usize, ours: &[Vec<f64>], theirs: &[Vec<f64>])
             cell(better)
         );
     }
+}
+
+/// Records in the context stores before the upserts.
+const UPSERT_PRELOAD: usize = 10_000;
+/// Upserts of 1,000 records timed per side per round (the median is
+/// reported).
+const UPSERTS: usize = 3;
+
+/// The external ids of upsert `u`: 1,000 from `9,500 + 1,000·u`, so that
+/// half of each replaces a stored record (preloaded, or upserted by the one
+/// before) and half is new.
+fn upsert_ids(u: usize) -> std::ops::Range<usize> {
+    let from = UPSERT_PRELOAD - 500 + 1_000 * u;
+    from..from + 1_000
+}
+
+/// The previous implementation's `Context.upsert_many` of the same records
+/// (prints the median milliseconds of the upserts).
+const PEER_UPSERT: &str = r#"
+import json, statistics, sys, time
+from lance_context import Context
+uri, preload, upserts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ctx = Context.create(uri)
+def rec(i, v):
+    return {"role": "user", "content": f"note {i} version {v}", "external_id": f"e{i}"}
+for start in range(0, preload, 10000):
+    ctx.add_many([rec(i, 0) for i in range(start, min(preload, start + 10000))])
+ts = []
+for u in range(upserts):
+    batch = [rec(i, u + 1) for i in range(preload - 500 + 1000 * u, preload + 500 + 1000 * u)]
+    t = time.perf_counter()
+    ctx.upsert_many(batch, key="external_id")
+    ts.append((time.perf_counter() - t) * 1000)
+print(json.dumps(statistics.median(ts)))
+"#;
+
+/// A record of the context schema with external id `e{i}`, its `v`-th
+/// version (`id` new for each version, as an upsert requires).
+fn context_record(i: usize, v: usize) -> serde_json::Value {
+    serde_json::json!({"id": format!("u{i}-{v}"), "run_id": "bench", "role": "user",
+        "content": format!("note {i} version {v}"), "external_id": format!("e{i}")})
+}
+
+/// This host's upsert of 1,000 records into a `context` store (by
+/// `external_id`, records as JSON Lines through the plugin): the median
+/// milliseconds.
+pub async fn ours_upsert(runtime: &Arc<PluginRuntime>, dir: &Path) -> Result<f64> {
+    let registry = Registry::at(dir.join("host-upsert"), runtime.clone())?;
+    let store = registry
+        .create(
+            "ctx",
+            CreateOptions::new(SchemaSource::Builtin("context".into())),
+        )
+        .await?;
+    let text: String = (0..UPSERT_PRELOAD)
+        .map(|i| context_record(i, 0).to_string() + "\n")
+        .collect();
+    store
+        .add(&rows_from_json(store.plugin(), text.as_bytes())?)
+        .await?;
+    let mut times = Vec::with_capacity(UPSERTS);
+    for u in 0..UPSERTS {
+        let text: String = upsert_ids(u)
+            .map(|i| context_record(i, u + 1).to_string() + "\n")
+            .collect();
+        let started = Instant::now();
+        let batch = rows_from_json(store.plugin(), text.as_bytes())?;
+        let outcomes = store.upsert(&batch).await?;
+        times.push(ms(started.elapsed()));
+        ensure!(outcomes.len() == 1_000, "{} outcomes", outcomes.len());
+    }
+    store.close().await?;
+    Ok(median(times))
+}
+
+/// The previous implementation's `Context.upsert_many` of the same records:
+/// the median milliseconds.
+pub fn theirs_upsert(python: &Path, dir: &Path) -> Result<f64> {
+    let uri = dir.join("peer-upsert.lance");
+    let line = super::bench_search::run_peer(
+        python,
+        dir,
+        PEER_UPSERT,
+        &[
+            uri.as_os_str(),
+            std::ffi::OsStr::new(&UPSERT_PRELOAD.to_string()),
+            std::ffi::OsStr::new(&UPSERTS.to_string()),
+        ],
+    )?;
+    serde_json::from_str(&line).context("reading the previous implementation's upsert time")
 }
