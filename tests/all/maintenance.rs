@@ -396,6 +396,32 @@ async fn the_count_trigger_waits_for_a_pause_in_the_adds() {
     store.close().await.unwrap();
 }
 
+/// Once adds are refused as busy (`max_unmerged_generations`), the count
+/// trigger merges without waiting for a pause: refused adds retried within
+/// the pause would otherwise put the merge off for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_count_trigger_does_not_wait_once_adds_are_refused() {
+    let (_dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.merge.generation_threshold = Some(2);
+    config.merge.quiet_before_merge = Duration::from_secs(60);
+    config.merge.merge_without_pause_at = None;
+    config.merge.max_unmerged_generations = Some(3);
+    let store = Store::create(config).await.unwrap();
+    for i in 0..3 {
+        store
+            .add(&batch(&rows(&format!("busy{i}"), "g", 2)))
+            .await
+            .unwrap();
+    }
+    assert!(
+        wait_until_merged(&store, Duration::from_secs(20)).await,
+        "merged well within the 60 s pause"
+    );
+    assert_eq!(base_rows(&uri).await.len(), 6);
+    store.close().await.unwrap();
+}
+
 async fn all_sorted(store: &Store) -> Vec<Row> {
     decode(
         &store

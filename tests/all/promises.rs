@@ -292,6 +292,70 @@ async fn full_memtables_are_frozen_by_the_writer_with_no_put_running() {
     assert!(all.iter().all(|r| r.n == 11));
 }
 
+/// An add whose caller stops waiting (a timeout, a dropped future) part-way
+/// through its put does not let a freeze run ahead of Lance's index task
+/// over its rows: the put runs on in a task of its own, holding the gate.
+/// Adds cut short at random beside adds that complete, each rewriting its
+/// task's keys: every key is read once, at a version no older than the last
+/// acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adds_cut_short_by_their_callers_leave_every_sidecar_whole() {
+    let (dir, uri) = temp_uri();
+    let mut config = manual(&uri);
+    config.writer.max_memtable_rows = 12;
+    let store = Arc::new(Store::create(config).await.unwrap());
+    let tasks: Vec<_> = (0..6)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut acknowledged = -1;
+                for round in 0..16i64 {
+                    let rows: Vec<Row> = (0..5)
+                        .map(|k| Row::new(format!("t{t}-k{k}"), "g", round))
+                        .collect();
+                    let written = batch(&rows);
+                    let add = store.add(&written);
+                    if (round + t) % 3 == 0 {
+                        // Cut short: the caller stops waiting at once.
+                        let cut = Duration::from_micros(50 * (round as u64 % 7 + 1));
+                        if let Ok(done) = tokio::time::timeout(cut, add).await {
+                            done.unwrap();
+                            acknowledged = round;
+                        }
+                    } else {
+                        add.await.unwrap();
+                        acknowledged = round;
+                    }
+                }
+                (t, acknowledged)
+            })
+        })
+        .collect();
+    let mut last = BTreeMap::new();
+    for task in tasks {
+        let (t, acknowledged) = task.await.unwrap();
+        last.insert(t, acknowledged);
+    }
+    // Let the puts whose callers left finish (each runs on in its task).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let all = decode(&store.scan(ScanRequest::new()).await.unwrap());
+    assert_eq!(all.len(), 30, "each key once");
+    for row in &all {
+        let t: i64 = row.id[1..row.id.find('-').unwrap()].parse().unwrap();
+        assert!(
+            row.n >= last[&t],
+            "{row:?}: older than the last acknowledged version {}",
+            last[&t]
+        );
+    }
+    for path in generation_dirs(dir.path()) {
+        assert!(
+            path.join("_pk_index").is_dir(),
+            "{path:?} has no key sidecar"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_adds_share_one_generation() {
     let (_dir, uri) = temp_uri();

@@ -246,9 +246,9 @@ pub struct MergeSettings {
     pub quiet_before_merge: Duration,
     /// Unmerged generations at which the count trigger merges without
     /// waiting for a pause (adds that never pause still get merged; every
-    /// read opens every unmerged generation). `None`: always wait for the
-    /// pause (the time trigger and `max_unmerged_generations` still bound
-    /// the generations). Default 64 (4× the threshold).
+    /// read opens every unmerged generation). `None`: wait for the pause —
+    /// but never longer than `interval`, nor once adds are refused as busy
+    /// (`max_unmerged_generations`). Default 64 (4× the threshold).
     pub merge_without_pause_at: Option<usize>,
     /// Merge every this often in the background. `None` = no time trigger.
     pub interval: Option<Duration>,

@@ -247,28 +247,25 @@ pub(crate) fn engine_dir(dataset: &Dataset) -> object_store::path::Path {
     dataset.branch_location().path.join("_lance_context")
 }
 
-/// Have the MemWAL writers keep no table index in memory, where they kept
-/// every index of the table (and, before this engine froze only on its
-/// own, the key index).
+/// Have the MemWAL's maintained indexes be the key index (`key_index`,
+/// which must exist) alone, where they were every index of the table.
 ///
-/// A writer builds each index it maintains on every add and writes it into
-/// every generation it flushes: the key's and the secondary key's BTree, an
-/// HNSW graph for a vector index — an extra dataset open, index and
-/// manifest per flush (1.3–1.9 ms of a single-record add). No read of the
-/// engine uses them: keyed reads hold the generations in memory or scan
-/// them, vector search ranks the unmerged tier exactly, and each
-/// generation's key sidecar (which reads do use) is written whatever the
-/// set. The maintained key index once made every flush wait until that
-/// sidecar covered every row; the writer now makes every freeze itself,
-/// with no put running (`crate::writer`), which gives the same guarantee.
+/// A writer keeping an index in memory builds it on every add and writes it
+/// into every generation it flushes (a dataset open, an index and a
+/// manifest per flush). No read of the engine uses them — keyed reads hold
+/// the generations in memory or scan them, vector search ranks the unmerged
+/// tier exactly, and the key sidecar each generation carries (which reads
+/// do use) is written whatever the set. The key index stays in this
+/// store-wide set for writers of earlier builds of this engine, which make
+/// their flushes wait for the sidecar that way; this build's writers drop
+/// it from their own memtables once they have claimed the shard and make
+/// every freeze themselves instead (`crate::writer`).
 ///
 /// A commit, once per store (a no-op when already so). Losing the commit to
 /// another handle's is not an error: the writers keep the wider set until a
-/// later open narrows it, which costs time, never rows. An older build of
-/// this engine keeps the key index maintained (it widens the set again on
-/// its own opens); either set is safe.
-pub(crate) async fn narrow_maintained_indexes(dataset: &mut Dataset) {
-    let wanted: Vec<String> = Vec::new();
+/// later open narrows it, which costs time, never rows.
+pub(crate) async fn narrow_maintained_indexes(dataset: &mut Dataset, key_index: &str) {
+    let wanted = vec![key_index.to_string()];
     match dataset.mem_wal_index_details().await {
         Ok(Some(details))
             if !details.maintain_all_indexes && details.maintained_indexes == wanted => {}
@@ -278,7 +275,7 @@ pub(crate) async fn narrow_maintained_indexes(dataset: &mut Dataset) {
                 .await
             {
                 tracing::warn!(
-                    "the MemWAL writers keep table indexes in memory (narrowing the set \
+                    "the MemWAL writers keep every index in memory (narrowing to {key_index} \
                      failed: {e}); a later open tries again"
                 );
             }

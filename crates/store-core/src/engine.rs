@@ -1377,14 +1377,32 @@ enum CountTrigger {
 /// (see [`crate::MergeSettings`]). Each add wakes the wait (`kick`).
 async fn count_trigger(engine: &Engine, stop: &Notify, threshold: usize) -> Result<CountTrigger> {
     let merge = &engine.settings.merge;
+    // Where adds are refused as busy (`max_unmerged_generations`), the merge
+    // does not wait either: refused adds retried within the pause would
+    // otherwise put it off for good.
+    let without_pause = [merge.merge_without_pause_at, merge.max_unmerged_generations]
+        .into_iter()
+        .flatten()
+        .min();
     let at_once = |pending: usize| {
-        merge.quiet_before_merge.is_zero()
-            || merge.merge_without_pause_at.is_some_and(|at| pending >= at)
+        merge.quiet_before_merge.is_zero() || without_pause.is_some_and(|at| pending >= at)
     };
     let mut pending = engine.own_pending_generations().await?;
     if pending < threshold {
         return Ok(CountTrigger::Skip);
     }
+    // Adds that never pause are merged at the latest after the time
+    // trigger's interval (this wait holds the task's other triggers).
+    let latest = merge
+        .interval
+        .map(|every| tokio::time::Instant::now() + every);
+    let no_later_than = async {
+        match latest {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(no_later_than);
     loop {
         if at_once(pending) {
             return Ok(CountTrigger::Merge);
@@ -1392,6 +1410,7 @@ async fn count_trigger(engine: &Engine, stop: &Notify, threshold: usize) -> Resu
         tokio::select! {
             _ = stop.notified() => return Ok(CountTrigger::Stop),
             _ = tokio::time::sleep(merge.quiet_before_merge) => return Ok(CountTrigger::Merge),
+            _ = &mut no_later_than => return Ok(CountTrigger::Merge),
             _ = engine.kick.notified() => pending = engine.own_pending_generations().await?,
         }
     }

@@ -330,14 +330,15 @@ impl Store {
             ));
         }
         // The key index exists before the writer opens (see
-        // `ensure_scalar_indexes`), and the writers keep no table index in
-        // memory (`narrow_maintained_indexes`).
+        // `ensure_scalar_indexes`) and is the only maintained index
+        // (`narrow_maintained_indexes`; this build's writer drops even that
+        // from its memtables, see `crate::writer`).
         let dataset = match writable {
             true => {
                 let mut dataset = ensure_scalar_indexes(&dataset, &schemas.key, &config.indexes)
                     .await?
                     .unwrap_or(dataset);
-                narrow_maintained_indexes(&mut dataset).await;
+                narrow_maintained_indexes(&mut dataset, &format!("{}_idx", schemas.key)).await;
                 dataset
             }
             false => dataset,

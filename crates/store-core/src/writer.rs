@@ -28,7 +28,14 @@
 //!   and puts again;
 //! - every freeze of this writer (the add's, one for a full memtable, the
 //!   WAL tail at a claim, the close) holds the `gate` exclusively, and
-//!   every put holds it shared until it returns.
+//!   every put holds it shared until it returns — in a task of its own, so
+//!   that a caller that stops waiting does not let the gate go while
+//!   Lance's index task is still behind the put's rows;
+//! - the memtables keep no table index: the store-wide set of maintained
+//!   indexes still names the key index (earlier builds of this engine rely
+//!   on it to make their flushes wait), and each claim of this writer
+//!   replaces it with none in its own memtables once the WAL tail it
+//!   replayed is published.
 //!
 //! # Fencing policy
 //! - `PersistenceFailure` (our own WAL write failed; we are still the rightful
@@ -130,7 +137,7 @@ pub(crate) struct Writer {
     shard: Uuid,
     settings: WriterSettings,
     /// `None` once closed.
-    inner: RwLock<Option<ShardWriter>>,
+    inner: RwLock<Option<Arc<ShardWriter>>>,
     /// Set when the writer lost its shard to a peer (cleared by `reclaim`) or
     /// while it recovers from a failed WAL write.
     latched: std::sync::Mutex<Latch>,
@@ -150,7 +157,7 @@ pub(crate) struct Writer {
     /// Held shared by every put until it returns, exclusively by every
     /// freeze: a frozen memtable holds only rows of puts that returned, so
     /// its key index covers every row (see the module docs).
-    gate: RwLock<()>,
+    gate: Arc<RwLock<()>>,
     /// Tests: make the next WAL write fail as a persistence failure.
     #[cfg(feature = "failpoints")]
     pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
@@ -267,14 +274,14 @@ impl Writer {
         let this = Self {
             shard,
             settings,
-            inner: RwLock::new(Some(writer)),
+            inner: RwLock::new(Some(Arc::new(writer))),
             latched: std::sync::Mutex::new(Latch::default()),
             claims: AtomicU64::new(1),
             attempts: AtomicU64::new(1),
             recovering: Mutex::new(()),
             tickets: AtomicU64::new(0),
             visible: Mutex::new(0),
-            gate: RwLock::new(()),
+            gate: Arc::new(RwLock::new(())),
             #[cfg(feature = "failpoints")]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
             #[cfg(feature = "failpoints")]
@@ -305,12 +312,34 @@ impl Writer {
             Ok(fence) => fence.wait().await,
             Err(e) => Err(e),
         };
+        // Then the memtables keep no table index (the active one is empty
+        // now: swapped in place, nothing frozen). The store-wide set names
+        // the key index for writers of earlier builds (see
+        // `dataset::narrow_maintained_indexes`); this writer freezes only
+        // with no put running instead (see the module docs).
+        let flushed = match flushed {
+            Ok(()) => self.without_table_indexes(writer).await,
+            Err(e) => Err(e),
+        };
         match flushed {
             Ok(()) => Ok(()),
             Err(e) => {
                 let err = self.classify("flushing the replayed WAL tail", e);
                 Err(self.fenced_or(writer, err).await)
             }
+        }
+    }
+
+    /// Build the writer's memtables without any table index, holding the
+    /// gate (a swap with rows in the active memtable freezes it).
+    async fn without_table_indexes(&self, writer: &ShardWriter) -> lance::Result<()> {
+        let fence = {
+            let _closed = self.gate.write().await;
+            writer.replace_index_configs(Vec::new()).await?
+        };
+        match fence {
+            Some(fence) => fence.wait().await,
+            None => Ok(()),
         }
     }
 
@@ -594,7 +623,7 @@ impl Writer {
     /// freeze flushed, when it made one.
     async fn put_and_publish_on(
         &self,
-        writer: &ShardWriter,
+        writer: &Arc<ShardWriter>,
         op: WriteOp<'_>,
     ) -> Result<Option<u64>> {
         #[cfg(feature = "failpoints")]
@@ -646,19 +675,41 @@ impl Writer {
     /// (its rows indexed and durable). A put refused because the memtable is
     /// full (Lance's writer asks to freeze, and is told no: see the module
     /// docs) is put again after a freeze of the writer's own.
-    async fn put_one(&self, writer: &ShardWriter, chunk: &RecordBatch, delete: bool) -> Result<()> {
+    async fn put_one(
+        &self,
+        writer: &Arc<ShardWriter>,
+        chunk: &RecordBatch,
+        delete: bool,
+    ) -> Result<()> {
         let mut refused = 0;
         loop {
-            let put = {
-                let _open = self.gate.read().await;
-                match delete {
-                    false => writer.put(vec![chunk.clone()]).await.map(drop),
-                    true => writer.delete(vec![chunk.clone()]).await.map(drop),
-                }
-            };
+            let open = self.gate.clone().read_owned().await;
+            let (put_writer, batch) = (writer.clone(), chunk.clone());
+            // A task of its own: a caller that stops waiting (a timeout, a
+            // dropped future) does not cut the put short between Lance's
+            // insert and its index apply while the gate is let go — a freeze
+            // then could publish a generation whose key sidecar misses rows.
+            let put = tokio::spawn(async move {
+                let put = match delete {
+                    false => put_writer.put(vec![batch]).await.map(drop),
+                    true => put_writer.delete(vec![batch]).await.map(drop),
+                };
+                drop(put_writer);
+                drop(open);
+                put
+            })
+            .await;
             let context = match delete {
                 false => "writing to the WAL",
                 true => "writing tombstones to the WAL",
+            };
+            let put = match put {
+                Ok(put) => put,
+                Err(e) => {
+                    return Err(Error::internal(format!(
+                        "{context}: the put's task failed: {e}"
+                    )));
+                }
             };
             match put {
                 Ok(()) => return Ok(()),
@@ -769,7 +820,7 @@ impl Writer {
             let _ = writer.abort().await;
             return Err(e);
         }
-        if let Some(old) = guard.replace(writer) {
+        if let Some(old) = guard.replace(Arc::new(writer)) {
             // The old writer is fenced or poisoned: stop its tasks without I/O.
             let _ = old.abort().await;
         }
@@ -796,12 +847,23 @@ impl Writer {
             let _ = writer.abort().await;
             return Ok(());
         }
-        // Close freezes the active memtable: no put may be running.
+        // Close freezes the active memtable: no put may be running (a put's
+        // task lets its handle on the writer go before the gate).
         let _closed = self.gate.write().await;
-        writer
-            .close()
-            .await
-            .map_err(|e| self.classify("closing the shard writer", e))
+        match Arc::try_unwrap(writer) {
+            Ok(writer) => writer
+                .close()
+                .await
+                .map_err(|e| self.classify("closing the shard writer", e)),
+            Err(writer) => {
+                // Not reached (only put tasks share the writer, and none
+                // runs): stop it without a flush; every acknowledged row is
+                // in a generation already.
+                tracing::warn!(shard = %self.shard, "the writer is still shared at close; stopped without a flush");
+                let _ = writer.abort().await;
+                Ok(())
+            }
+        }
     }
 
     /// The shard's manifest store, the writer's epoch and its latest manifest:
