@@ -387,7 +387,7 @@ print(json.dumps(statistics.median(ts)))
 /// version (`id` new for each version, as an upsert requires).
 fn context_record(i: usize, v: usize) -> serde_json::Value {
     serde_json::json!({"id": format!("u{i}-{v}"), "run_id": "bench", "role": "user",
-        "content": format!("note {i} version {v}"), "external_id": format!("e{i}")})
+        "text_payload": format!("note {i} version {v}"), "external_id": format!("e{i}")})
 }
 
 /// This host's upsert of 1,000 records into a `context` store (by
