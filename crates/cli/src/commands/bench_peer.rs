@@ -320,11 +320,7 @@ fn report(names: &[&str], samples: &[Vec<f64>]) {
 /// adds' times, the part of each that reads the record (JSON → Arrow), and
 /// the plugin's call for the same record timed apart, after each add (the
 /// call `add` makes: `prepare`, a fresh instance on a blocking thread).
-async fn host_adds(
-    runtime: &Arc<PluginRuntime>,
-    dir: &Path,
-    n: usize,
-) -> Result<[Vec<f64>; 3]> {
+async fn host_adds(runtime: &Arc<PluginRuntime>, dir: &Path, n: usize) -> Result<[Vec<f64>; 3]> {
     let registry = Registry::at(dir.join("host"), runtime.clone())?;
     let store = registry
         .create(
