@@ -828,6 +828,8 @@ fn masked(value: &Value, root: &str) -> Value {
         "newest_bytes",
         "unmerged_bytes",
         "peak_buffered_bytes",
+        // A merge's time per phase.
+        "phases",
         "_score",
         "_distance",
         "_rrf_score",

@@ -6,6 +6,7 @@ mod support;
 
 mod adopt;
 mod authoring;
+mod buckets;
 mod cli;
 mod conformance;
 mod crash;

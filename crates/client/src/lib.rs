@@ -97,6 +97,13 @@ pub struct CreateStore {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub samples: Vec<Value>,
+    /// Bucket sharding for scale-out (1 to 1024; default 1, none): the
+    /// key is hashed into this many buckets, each written through a shard
+    /// of its own, so several servers can write the store at once, each
+    /// owning a set of buckets (`serve --owns`). Fixed at create. A schema
+    /// with record capabilities cannot be bucketed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<u32>,
 }
 
 impl CreateStore {
@@ -764,6 +771,16 @@ pub struct StoreStatus {
     /// Each shard's manifest on storage.
     #[serde(default)]
     pub shard_manifests: Vec<ShardManifestStatus>,
+    /// Buckets of a bucketed store (`store create --buckets`); 1: none.
+    #[serde(default = "one_bucket")]
+    pub buckets: u32,
+    /// The buckets the instance answering writes (empty without buckets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned_buckets: Vec<u32>,
+}
+
+fn one_bucket() -> u32 {
+    1
 }
 
 /// One shard's manifest on storage: versions kept and their bytes, and the
@@ -773,6 +790,9 @@ pub struct StoreStatus {
 pub struct ShardManifestStatus {
     /// The shard (a UUID).
     pub shard: String,
+    /// The bucket the shard writes, on a bucketed store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<u32>,
     /// Manifest versions kept.
     pub versions: usize,
     /// Their bytes.
@@ -793,6 +813,9 @@ pub struct PendingShard {
     pub shard: String,
     /// Generations not merged yet.
     pub generations: usize,
+    /// The bucket the shard writes, on a bucketed store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<u32>,
 }
 
 /// One index of the base table.
@@ -839,6 +862,29 @@ pub struct MergeReport {
     pub versions_removed: u64,
     /// How long it took.
     pub seconds: f64,
+    /// Where that time went (absent from servers older than this field).
+    #[serde(default)]
+    pub phases: MergePhaseSeconds,
+}
+
+/// Where a merge's time went, in seconds ([`MergeReport::phases`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MergePhaseSeconds {
+    /// Reading the generations (the newest version of each key, the keys
+    /// deleted).
+    pub read: f64,
+    /// Writing them into the base table (the merge-insert commits).
+    pub write: f64,
+    /// Carrying the visible count over to the new version (stores with
+    /// visibility rules).
+    pub count: f64,
+    /// Removing what earlier merges left once their grace passed.
+    pub cleanup: f64,
+    /// Extending the indexes over the new rows.
+    pub indexes: f64,
+    /// Removing old versions (the retention policy).
+    pub retention: f64,
 }
 
 /// What a compaction did (`POST …/compact`; the CLI's `store compact`).

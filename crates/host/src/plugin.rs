@@ -34,7 +34,7 @@
 //!   malformed types and buffers outside their body refused before decoding);
 //!   a reduce result is checked to be JSON without being built.
 //! - **Pinned code** (`cache`): compiled components are cached in a private
-//!   per-user directory, each entry authenticated with an HMAC under a key
+//!   per-user directory, each entry authenticated with a MAC (keyed BLAKE3) under a key
 //!   only that user can read; a planted or swapped entry is refused and
 //!   recompiled.
 //!

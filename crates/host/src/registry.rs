@@ -339,6 +339,12 @@ pub struct CreateOptions {
     /// JSON Lines of records the plugin should accept: the probe run before
     /// the plugin is pinned runs them too (see [`crate::probe`]).
     pub probe_samples: Option<Vec<u8>>,
+    /// Buckets of the key column for scale-out (1, the default: none; see
+    /// `lance_context_store::StoreConfig::with_buckets`).
+    pub buckets: u32,
+    /// The buckets the created store's handle writes (`None`: all; see
+    /// `lance_context_store::StoreConfig::with_owned_buckets`).
+    pub owned_buckets: Option<Vec<u32>>,
 }
 
 impl std::fmt::Debug for CreateOptions {
@@ -363,6 +369,8 @@ impl CreateOptions {
             uri: None,
             storage_options: HashMap::new(),
             probe_samples: None,
+            buckets: 1,
+            owned_buckets: None,
         }
     }
 }
@@ -802,7 +810,9 @@ impl Registry {
                 name: name.to_string(),
             });
         }
-        let config = store_config(&entry, &plugin, &options.storage_options);
+        let config = store_config(&entry, &plugin, &options.storage_options)
+            .with_buckets(options.buckets)
+            .with_owned_buckets(options.owned_buckets.clone());
         if Store::probe(&config).await? != Location::Empty {
             return Err(RegistryError::UriNotEmpty {
                 name: name.to_string(),

@@ -3,13 +3,26 @@
 //! one JSON form for the REST server and the CLI's `--json`.
 
 use lance_context_client::{
-    CompactionReport, IndexStatus, MergeReport, PendingShard, ShardManifestStatus, StoreStatus,
+    CompactionReport, IndexStatus, MergePhaseSeconds, MergeReport, PendingShard,
+    ShardManifestStatus, StoreStatus,
 };
 use lance_context_store::{CompactionStats, MergeStats, StoreStats};
 
 /// A store's state: `stats` and the number of records a scan returns.
 pub fn store_status(stats: &StoreStats, rows: u64) -> StoreStatus {
+    // A bucketed store's shards, by bucket.
+    let buckets: std::collections::HashMap<String, u32> = (0..stats.buckets)
+        .filter(|_| stats.buckets > 1)
+        .map(|b| {
+            let shard = lance_context_store::shard_id_for_instance(
+                &lance_context_store::bucket_instance_id(b),
+            );
+            (shard.to_string(), b)
+        })
+        .collect();
     StoreStatus {
+        buckets: stats.buckets,
+        owned_buckets: stats.owned_buckets.clone(),
         rows,
         rows_in_base: stats.rows_in_base,
         version: stats.version,
@@ -25,6 +38,7 @@ pub fn store_status(stats: &StoreStats, rows: u64) -> StoreStatus {
             .map(|(shard, generations)| PendingShard {
                 shard: shard.to_string(),
                 generations: *generations,
+                bucket: buckets.get(&shard.to_string()).copied(),
             })
             .collect(),
         indexes: stats
@@ -47,6 +61,7 @@ pub fn store_status(stats: &StoreStats, rows: u64) -> StoreStatus {
             .iter()
             .map(|m| ShardManifestStatus {
                 shard: m.shard.to_string(),
+                bucket: buckets.get(&m.shard.to_string()).copied(),
                 versions: m.versions,
                 bytes: m.bytes,
                 newest_version: m.newest_version,
@@ -70,6 +85,14 @@ pub fn merge_report(stats: &MergeStats, seconds: f64) -> MergeReport {
         wal_files_removed: stats.wal_files_removed,
         versions_removed: stats.versions_removed,
         seconds,
+        phases: MergePhaseSeconds {
+            read: stats.phases.read.as_secs_f64(),
+            write: stats.phases.write.as_secs_f64(),
+            count: stats.phases.count.as_secs_f64(),
+            cleanup: stats.phases.cleanup.as_secs_f64(),
+            indexes: stats.phases.indexes.as_secs_f64(),
+            retention: stats.phases.retention.as_secs_f64(),
+        },
     }
 }
 

@@ -42,6 +42,14 @@ pub struct StoreConfig {
     /// Time travel: read the base table as it was at this dataset version
     /// (see [`StoreConfig::with_as_of`]). Only a read-only open takes one.
     pub as_of: Option<u64>,
+    /// Bucket sharding, at create: the number of buckets the key column is
+    /// hashed into (1, the default, is no bucket sharding). See
+    /// [`StoreConfig::with_buckets`].
+    pub buckets: u32,
+    /// Bucket sharding, at a writable open of a bucketed store: the buckets
+    /// this instance writes (`None`, the default: all of them). See
+    /// [`StoreConfig::with_owned_buckets`].
+    pub owned_buckets: Option<Vec<u32>>,
 }
 
 impl std::fmt::Debug for StoreConfig {
@@ -62,6 +70,8 @@ impl std::fmt::Debug for StoreConfig {
             .field("capabilities", &self.capabilities)
             .field("retention", &self.retention)
             .field("as_of", &self.as_of)
+            .field("buckets", &self.buckets)
+            .field("owned_buckets", &self.owned_buckets)
             .finish()
     }
 }
@@ -83,7 +93,38 @@ impl StoreConfig {
             capabilities: RecordCapabilities::default(),
             retention: RetentionSettings::default(),
             as_of: None,
+            buckets: 1,
+            owned_buckets: None,
         }
+    }
+
+    /// Bucket sharding (scale-out), chosen when the store is created: the
+    /// key column is hashed into `buckets` buckets (Lance's MemWAL bucket
+    /// sharding spec: murmur3 of the key, as LanceDB and lance-spark
+    /// route), and each bucket is written through a shard of its own. Any
+    /// number of instances may write the store at once, each owning a
+    /// disjoint set of buckets ([`StoreConfig::with_owned_buckets`]): a key
+    /// is always written through its bucket's shard, so it is never read
+    /// twice whichever instance wrote it. 1 to 1024; 1 (the default) is no
+    /// bucket sharding. The count is recorded in the dataset and cannot be
+    /// changed; on open, a count other than 1 must match it. Record
+    /// capabilities are not available on a bucketed store (their checks
+    /// read and write across keys, so across buckets).
+    pub fn with_buckets(mut self, buckets: u32) -> Self {
+        self.buckets = buckets;
+        self
+    }
+
+    /// The buckets of a bucketed store this instance writes; `None` (the
+    /// default) is every bucket. Taking a bucket claims its shard: a writer
+    /// elsewhere still holding it is fenced and its acknowledged rows are
+    /// replayed. An add with a row of a bucket not owned here is refused
+    /// whole ([`crate::Error::NotOwner`]); reads see every bucket. Buckets
+    /// beyond the store's count are ignored, so one list can serve stores
+    /// of different counts; a store with no buckets ignores the list.
+    pub fn with_owned_buckets(mut self, buckets: Option<Vec<u32>>) -> Self {
+        self.owned_buckets = buckets;
+        self
     }
 
     /// Time travel: read the base table as it was when dataset version

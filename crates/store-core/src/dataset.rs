@@ -213,6 +213,16 @@ impl Opener {
     /// Create an empty dataset with `schema` and initialise its MemWAL.
     /// An existing dataset is [`Error::AlreadyExists`].
     pub async fn create(&self, schema: SchemaRef) -> Result<Dataset> {
+        self.create_sharded(schema, None).await
+    }
+
+    /// [`Self::create`], with the MemWAL's bucket sharding spec on
+    /// `(key column, buckets)` when given.
+    pub async fn create_sharded(
+        &self,
+        schema: SchemaRef,
+        buckets: Option<(&str, u32)>,
+    ) -> Result<Dataset> {
         let empty = RecordBatchIterator::new(
             std::iter::empty::<std::result::Result<RecordBatch, arrow_schema::ArrowError>>(),
             schema,
@@ -225,7 +235,7 @@ impl Opener {
         let mut dataset = Dataset::write(empty, self.uri.as_str(), Some(params))
             .await
             .map_err(|e| Error::from_lance(format!("creating {}", self.uri), None, e))?;
-        ensure_mem_wal(&mut dataset).await?;
+        ensure_mem_wal(&mut dataset, buckets).await?;
         Ok(dataset)
     }
 }
@@ -287,8 +297,13 @@ pub(crate) async fn narrow_maintained_indexes(dataset: &mut Dataset, key_index: 
 
 /// Initialise the MemWAL if it is not (a create that crashed between its two
 /// commits leaves a dataset without one). Manual sharding: each instance writes
-/// its own shard, named by its instance id.
-pub(crate) async fn ensure_mem_wal(dataset: &mut Dataset) -> Result<()> {
+/// its own shard, named by its instance id; with `buckets` (key column,
+/// count), Lance's bucket sharding spec, each bucket written through its own
+/// shard (see [`crate::StoreConfig::with_buckets`]).
+pub(crate) async fn ensure_mem_wal(
+    dataset: &mut Dataset,
+    buckets: Option<(&str, u32)>,
+) -> Result<()> {
     if dataset
         .mem_wal_index_details()
         .await
@@ -297,7 +312,11 @@ pub(crate) async fn ensure_mem_wal(dataset: &mut Dataset) -> Result<()> {
     {
         return Ok(());
     }
-    match dataset.initialize_mem_wal().execute().await {
+    let builder = match buckets {
+        Some((key, count)) => dataset.initialize_mem_wal().bucket_sharding(key, count),
+        None => dataset.initialize_mem_wal(),
+    };
+    match builder.execute().await {
         Ok(()) => Ok(()),
         // A concurrent opener initialised it first.
         Err(e) => {

@@ -145,6 +145,13 @@ pub struct StoreStats {
     /// Whether this handle's background maintenance (merges, compactions,
     /// cleanup on their triggers) runs, and if not, why.
     pub maintenance: MaintenanceState,
+    /// Buckets of a bucketed store (1: no bucket sharding; see
+    /// [`crate::StoreConfig::with_buckets`]). Each bucket's shard is in
+    /// `pending_generations` and `shard_manifests` under the shard id of
+    /// its instance id (`bucket-0000`, …).
+    pub buckets: u32,
+    /// The buckets this handle writes (empty without buckets).
+    pub owned_buckets: Vec<u32>,
 }
 
 /// One shard's manifest on storage (see [`StoreStats::shard_manifests`]).
@@ -360,7 +367,7 @@ impl Engine {
     /// A fresh dataset for the writer's persistence-failure retry.
     pub async fn reopen_for_writer(&self) -> Result<Dataset> {
         let mut dataset = self.opener.open().await?;
-        ensure_mem_wal(&mut dataset).await?;
+        ensure_mem_wal(&mut dataset, None).await?;
         Ok(dataset)
     }
 
@@ -408,9 +415,13 @@ impl Engine {
         let mut stats = Box::pin(merge_shard(ctx)).await?;
         if stats.generations_merged > 0 {
             // New base fragments: bring the indexes over them.
+            let started = std::time::Instant::now();
             self.refresh_indexes().await?;
+            stats.phases.indexes += started.elapsed();
         }
+        let started = std::time::Instant::now();
         stats.versions_removed = self.retain(false).await?;
+        stats.phases.retention += started.elapsed();
         Ok(stats)
     }
 
@@ -851,7 +862,11 @@ impl Engine {
         }
         let mut shard_manifests: Vec<ShardManifestStats> = manifests.into_values().collect();
         shard_manifests.sort_by_key(|m| m.shard);
+        let (last_merge, last_compaction, compactions, last_background_error) =
+            self.stats_of_maintenance();
         Ok(StoreStats {
+            buckets: 1,
+            owned_buckets: Vec::new(),
             versions,
             bytes_on_disk,
             shard_manifests,
@@ -868,23 +883,35 @@ impl Engine {
                 .map(|s| (s.snapshot.shard_id, s.unmerged))
                 .collect(),
             indexes: index_stats(&dataset).await?,
-            last_merge: *self
+            last_merge,
+            last_compaction,
+            compactions,
+            last_background_error,
+        })
+    }
+
+    /// What this handle's maintenance did: the last merge and compaction,
+    /// the compactions, the last background error.
+    pub fn stats_of_maintenance(
+        &self,
+    ) -> (Option<SystemTime>, Option<SystemTime>, u64, Option<String>) {
+        (
+            *self
                 .merge_state
                 .last_merge
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
-            last_compaction: *self
+            *self
                 .compaction_state
                 .last
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
-            compactions: self.compaction_state.total.load(Ordering::SeqCst),
-            last_background_error: self
-                .last_background_error
+            self.compaction_state.total.load(Ordering::SeqCst),
+            self.last_background_error
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
-        })
+        )
     }
 
     fn record_background(&self, what: &str, result: Result<()>) {

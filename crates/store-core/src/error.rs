@@ -356,6 +356,22 @@ pub enum Error {
         generations: usize,
     },
 
+    /// A row (or key to delete) falls in a bucket of a bucketed store that
+    /// this instance does not own: nothing of the call was written. Send it
+    /// to the instance owning the bucket.
+    #[error(
+        "row {row}: key {key:?} is in bucket {bucket} of {buckets}, which this instance does \
+         not own (it owns {}); nothing was written: send the write to the bucket's owner",
+        crate::store::buckets::describe_owned(owned)
+    )]
+    NotOwner {
+        row: usize,
+        key: String,
+        bucket: u32,
+        buckets: u32,
+        owned: Vec<u32>,
+    },
+
     /// The writer refused work to stay inside its memory budget; retry later.
     #[error("busy: {message}")]
     Busy { message: String },
@@ -404,6 +420,7 @@ impl Error {
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,
             Self::Fenced { .. }
             | Self::ShardConflict { .. }
+            | Self::NotOwner { .. }
             | Self::Conflict { .. }
             | Self::CompactionInProgress => ErrorKind::Conflict,
             Self::Busy { .. } => ErrorKind::Busy,

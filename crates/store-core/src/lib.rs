@@ -107,15 +107,16 @@ pub use dataset::Location;
 pub use engine::{CompactionStats, IndexStats, MaintenanceState, ShardManifestStats, StoreStats};
 pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
 pub use id::{generate_id, shard_id_for_instance};
-pub use merge::MergeStats;
 #[cfg(feature = "failpoints")]
 pub use merge::{MergeFailpoint, MergeHook, ReclaimHook};
+pub use merge::{MergePhases, MergeStats};
 pub use read::{
     BatchStream, Condition, DEFAULT_RRF_K, FilterValue, MAX_IN_VALUES, MAX_TEXT_QUERY,
     RRF_SCORE_COLUMN, RetrieveQuery, SCORE_COLUMN, ScanRequest, SortKey, TEXT_RANK_COLUMN,
     TextOperator, TextQuery, VECTOR_RANK_COLUMN, VectorQuery, Visibility, check_plain_predicate,
     compile_conditions, exact_bm25,
 };
+pub use store::buckets::{bucket_instance_id, parse_buckets};
 pub use store::input::{MAX_KEY_BYTES, MAX_VECTOR_SQUARED_NORM, RESERVED_STATUS, VectorProblem};
 pub use store::records::{PatchTarget, PatchedVersion, TOMBSTONE_CONTENT_TYPE, UpsertOutcome};
 pub use store::{PRIMARY_KEY_METADATA, Store, VersionInfo, WalStatus};

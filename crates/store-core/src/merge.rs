@@ -88,6 +88,41 @@ pub struct MergeStats {
     pub manifest_versions_removed: usize,
     /// Old base-table versions removed by the retention policy.
     pub versions_removed: u64,
+    /// Where the merge's time went.
+    pub phases: MergePhases,
+}
+
+/// Where a merge's time went, phase by phase (summed over its passes and,
+/// for a merge of several shards, over the shards).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergePhases {
+    /// Reading the generations: the newest version of each key, and the
+    /// keys deleted.
+    pub read: std::time::Duration,
+    /// Writing them into the base table (the merge-insert commits).
+    pub write: std::time::Duration,
+    /// Carrying the visible count over to the new base version (record
+    /// stores with visibility rules), so that the first `count()` after the
+    /// merge need not read the table.
+    pub count: std::time::Duration,
+    /// Cleanup: removing generations and WAL files merged at least the
+    /// grace ago, and old shard manifest versions.
+    pub cleanup: std::time::Duration,
+    /// Extending the indexes over the new base fragments.
+    pub indexes: std::time::Duration,
+    /// Removing old base-table versions (the retention policy).
+    pub retention: std::time::Duration,
+}
+
+impl MergePhases {
+    fn absorb(&mut self, other: &MergePhases) {
+        self.read += other.read;
+        self.write += other.write;
+        self.count += other.count;
+        self.cleanup += other.cleanup;
+        self.indexes += other.indexes;
+        self.retention += other.retention;
+    }
 }
 
 impl MergeStats {
@@ -103,6 +138,7 @@ impl MergeStats {
         self.wal_files_removed += other.wal_files_removed;
         self.manifest_versions_removed += other.manifest_versions_removed;
         self.versions_removed += other.versions_removed;
+        self.phases.absorb(&other.phases);
     }
 }
 
@@ -359,9 +395,12 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
                 opener: ctx.opener.clone(),
                 generations: ctx.generations.clone(),
             };
+            let started = std::time::Instant::now();
             rules.carry(&merged).await;
+            stats.phases.count += started.elapsed();
         }
     }
+    let started = std::time::Instant::now();
     Box::pin(crate::cleanup::cleanup_shard(
         ctx,
         &dataset,
@@ -369,6 +408,7 @@ async fn merge_shard_locked(ctx: &MergeContext<'_>) -> Result<MergeStats> {
         &mut stats,
     ))
     .await?;
+    stats.phases.cleanup += started.elapsed();
     Ok(stats)
 }
 
@@ -455,8 +495,10 @@ async fn merge_pass(
     {
         return Err(stale(ctx.shard, first, recorded));
     }
+    let started = std::time::Instant::now();
     let rows = read_pass(ctx, &dataset, pass, manifest).await?;
     let deletes = pass_deletes(ctx, &dataset, pass, &rows).await?;
+    stats.phases.read += started.elapsed();
     let held: usize = rows
         .iter()
         .map(RecordBatch::get_array_memory_size)
@@ -493,6 +535,7 @@ async fn merge_pass(
             ));
         rows
     };
+    let started = std::time::Instant::now();
     let committed = builder
         .try_build()
         .ctx("preparing the merge")?
@@ -516,6 +559,7 @@ async fn merge_pass(
             ));
         }
     };
+    stats.phases.write += started.elapsed();
     stats.rows_upserted += upserted;
     stats.keys_deleted += merge_stats.num_deleted_rows;
     stats.passes += 1;

@@ -1,5 +1,6 @@
 //! [`Store`]: one dataset, one resident writer, the LSM read path.
 
+pub(crate) mod buckets;
 pub(crate) mod input;
 pub(crate) mod records;
 pub(crate) mod visible;
@@ -102,6 +103,9 @@ pub struct Store {
     /// capabilities); merges carry the count to the versions they make.
     pub(crate) rules: Arc<visible::Rules>,
     shard_policy: ShardPolicy,
+    /// A bucketed store's owned buckets, each a writable handle of its own
+    /// (this handle then reads only; see the `buckets` module).
+    buckets: Option<buckets::Buckets>,
     /// Awaited by the next read between taking its view and reading
     /// (failpoints: a reader slower than cleanup).
     #[cfg(feature = "failpoints")]
@@ -117,7 +121,8 @@ impl std::fmt::Debug for Store {
             .field("opener", &self.engine.opener)
             .field("instance_id", &self.instance_id)
             .field("shard", &self.engine.shard)
-            .field("read_only", &self.engine.writer.is_none())
+            .field("read_only", &self.is_read_only())
+            .field("buckets", &self.buckets)
             .finish_non_exhaustive()
     }
 }
@@ -143,9 +148,12 @@ impl Store {
             .clone()
             .ok_or_else(|| Error::invalid_argument("creating a store needs a schema"))?;
         let schema = validate_new_schema(&schema, &config.key_column)?;
+        let buckets = check_bucket_count(&config)?;
         let opener = Opener::new(&config.uri, &config.storage_options);
-        let dataset = opener.create(schema).await?;
-        Self::start(config, opener, dataset, true).await
+        let dataset = opener
+            .create_sharded(schema, buckets.map(|n| (config.key_column.as_str(), n)))
+            .await?;
+        Self::start_writable(config, opener, dataset).await
     }
 
     /// Open an existing dataset. [`Error::NotFound`] if there is none.
@@ -158,10 +166,76 @@ impl Store {
                 "a store opened at a version (as_of) is read-only: open it with open_read_only",
             ));
         }
+        let buckets = check_bucket_count(&config)?;
         let opener = Opener::new(&config.uri, &config.storage_options);
         let mut dataset = opener.open().await?;
-        ensure_mem_wal(&mut dataset).await?;
-        Self::start(config, opener, dataset, true).await
+        ensure_mem_wal(
+            &mut dataset,
+            buckets.map(|n| (config.key_column.as_str(), n)),
+        )
+        .await?;
+        Self::start_writable(config, opener, dataset).await
+    }
+
+    /// Start a writable handle: one writer on the instance's shard, or on a
+    /// bucketed store one per owned bucket.
+    async fn start_writable(config: StoreConfig, opener: Opener, dataset: Dataset) -> Result<Self> {
+        let Some((spec, count)) = buckets::sharding_of(&dataset).await? else {
+            if config.buckets > 1 {
+                return Err(Error::invalid_argument(format!(
+                    "the store at {} has no buckets (it was created without them); \
+                     open it without a bucket count",
+                    config.uri
+                )));
+            }
+            return Self::start(config, opener, dataset, true).await;
+        };
+        if config.buckets > 1 && config.buckets != count {
+            return Err(Error::invalid_argument(format!(
+                "the store at {} has {count} buckets, not {}: the count is chosen at create",
+                config.uri, config.buckets
+            )));
+        }
+        if config.capabilities != RecordCapabilities::default() {
+            return Err(Error::invalid_argument(NO_BUCKETED_RECORDS));
+        }
+        let mut owned: Vec<u32> = match &config.owned_buckets {
+            Some(list) => list.iter().copied().filter(|b| *b < count).collect(),
+            None => (0..count).collect(),
+        };
+        owned.sort_unstable();
+        owned.dedup();
+        let key = config.key_column.clone();
+        let mut top = Self::start(config.clone(), opener.clone(), dataset, false).await?;
+        // One writable handle per owned bucket, each on its bucket's shard.
+        // The first alone (it ensures the key index, a commit), the rest
+        // together; only the first compacts in the background (one
+        // compactor per instance).
+        let handle = |bucket: u32, first: bool| {
+            let mut config = config
+                .clone()
+                .with_instance_id(buckets::bucket_instance_id(bucket))
+                .with_shard_policy(ShardPolicy::PartitionedKeys);
+            if !first {
+                config.compaction.interval = None;
+            }
+            let opener = opener.clone();
+            async move {
+                let dataset = opener.open().await?;
+                let store = Box::pin(Self::start(config, opener, dataset, true)).await?;
+                Ok::<_, Error>((bucket, store))
+            }
+        };
+        let mut handles = std::collections::BTreeMap::new();
+        if let Some((&first, rest)) = owned.split_first() {
+            let (bucket, store) = handle(first, true).await?;
+            handles.insert(bucket, store);
+            let others =
+                futures::future::try_join_all(rest.iter().map(|b| handle(*b, false))).await?;
+            handles.extend(others);
+        }
+        top.buckets = Some(buckets::Buckets::new(count, spec, &key, handles));
+        Ok(top)
     }
 
     /// Open an existing dataset for reading only: no writer is opened, so no
@@ -401,6 +475,7 @@ impl Store {
             record_lock: tokio::sync::Mutex::new(()),
             rules,
             shard_policy: config.shard_policy,
+            buckets: None,
             #[cfg(feature = "failpoints")]
             read_pause: std::sync::Mutex::new(None),
             #[cfg(feature = "failpoints")]
@@ -440,7 +515,25 @@ impl Store {
 
     /// Whether this store was opened without a writer.
     pub fn is_read_only(&self) -> bool {
-        self.engine.writer.is_none()
+        match &self.buckets {
+            Some(buckets) => buckets.owned.is_empty(),
+            None => self.engine.writer.is_none(),
+        }
+    }
+
+    /// A bucketed store's bucket count, or `None` (see
+    /// [`StoreConfig::with_buckets`]).
+    pub fn bucket_count(&self) -> Option<u32> {
+        self.buckets.as_ref().map(|b| b.count)
+    }
+
+    /// The buckets this handle writes (empty without buckets, or when it
+    /// owns none).
+    pub fn owned_buckets(&self) -> Vec<u32> {
+        self.buckets
+            .as_ref()
+            .map(|b| b.owned_list())
+            .unwrap_or_default()
     }
 
     /// Add rows. When this returns `Ok`, the rows are durable (in the shard's WAL
@@ -484,6 +577,9 @@ impl Store {
         }
         let conformed = self.schemas.conform_for_write(batch)?;
         self.check_input(&conformed)?;
+        if let Some(buckets) = &self.buckets {
+            return buckets.write(conformed, &self.schemas.key).await;
+        }
         self.write_conformed(conformed).await
     }
 
@@ -556,8 +652,10 @@ impl Store {
         } else {
             None
         };
-        let writer = self.engine.writer()?;
-        self.engine.check_backpressure().await?;
+        if self.buckets.is_none() {
+            self.engine.writer()?;
+            self.engine.check_backpressure().await?;
+        }
         if ids.is_empty() {
             return Err(Error::batch(crate::error::BatchProblem::EmptyBatch));
         }
@@ -574,6 +672,10 @@ impl Store {
             .field_with_name(&self.schemas.key)
             .map_err(|_| Error::internal("the stored schema lost its key column"))?
             .clone();
+        if let Some(buckets) = &self.buckets {
+            return buckets.delete(ids, key_field).await;
+        }
+        let writer = self.engine.writer()?;
         let keys = RecordBatch::try_new(
             Arc::new(Schema::new(vec![key_field])),
             vec![Arc::new(StringArray::from_iter_values(ids.iter().copied()))],
@@ -589,6 +691,9 @@ impl Store {
     /// (streaming, atomic, idempotent; see the crate docs), then clean up
     /// generations merged at least `cleanup_grace` ago.
     pub async fn merge(&self) -> Result<MergeStats> {
+        if let Some(buckets) = &self.buckets {
+            return buckets.merge().await;
+        }
         self.engine
             .merge(
                 None,
@@ -732,6 +837,11 @@ impl Store {
     /// [`CompactionStats::fragment_reuse_versions`]), then re-ensure the
     /// indexes. A concurrent request gets [`Error::CompactionInProgress`].
     pub async fn compact(&self) -> Result<CompactionStats> {
+        // A bucketed store compacts through its first owned bucket's handle,
+        // whose guard its background compactions share.
+        if let Some(store) = self.buckets.as_ref().and_then(|b| b.owned.values().next()) {
+            return store.engine.compact().await;
+        }
         self.engine.compact().await
     }
 
@@ -971,7 +1081,29 @@ impl Store {
     /// Operator statistics: rows, fragments, pending generations, indexes and
     /// their coverage, last merge and compaction.
     pub async fn stats(&self) -> Result<StoreStats> {
-        self.engine.stats(self.maintenance()).await
+        let mut stats = self.engine.stats(self.maintenance()).await?;
+        if let Some(buckets) = &self.buckets {
+            stats.buckets = buckets.count;
+            stats.owned_buckets = buckets.owned_list();
+            // Maintenance runs on the bucket handles: what they did.
+            for store in buckets.owned.values() {
+                let theirs = store.engine.stats_of_maintenance();
+                stats.last_merge = stats.last_merge.max(theirs.0);
+                stats.last_compaction = stats.last_compaction.max(theirs.1);
+                stats.compactions += theirs.2;
+                if stats.last_background_error.is_none() {
+                    stats.last_background_error = theirs.3;
+                }
+            }
+        } else {
+            let dataset = self.engine.dataset.read().await.clone();
+            // Only a figure here: a spec this build cannot write through
+            // does not fail the stats.
+            if let Ok(Some((_, count))) = buckets::sharding_of(&dataset).await {
+                stats.buckets = count;
+            }
+        }
+        Ok(stats)
     }
 
     /// Whether background maintenance runs on this handle, and if not why.
@@ -980,6 +1112,29 @@ impl Store {
         let off = |reason: &str| Off {
             reason: reason.to_string(),
         };
+        if let Some(buckets) = &self.buckets {
+            // Running when every owned bucket's maintenance runs; else the
+            // first bucket's reason that does not.
+            for (bucket, store) in &buckets.owned {
+                match store.maintenance() {
+                    Running => {}
+                    Paused { reason } => {
+                        return Paused {
+                            reason: format!("bucket {bucket}: {reason}"),
+                        };
+                    }
+                    Off { reason } => {
+                        return Off {
+                            reason: format!("bucket {bucket}: {reason}"),
+                        };
+                    }
+                }
+            }
+            return match buckets.owned.is_empty() {
+                true => off("this instance owns none of the store's buckets (it reads only)"),
+                false => Running,
+            };
+        }
         let Some(writer) = self.engine.writer.as_ref() else {
             return off("opened read-only");
         };
@@ -1015,6 +1170,12 @@ impl Store {
     /// and `reclaim` can be called again. Only call this when this instance
     /// is the rightful owner.
     pub async fn reclaim(&self) -> Result<()> {
+        if let Some(buckets) = &self.buckets {
+            for store in buckets.owned.values() {
+                Box::pin(store.reclaim()).await?;
+            }
+            return Ok(());
+        }
         self.reclaim_inner(
             #[cfg(feature = "failpoints")]
             None,
@@ -1332,6 +1493,17 @@ impl Store {
     /// Flush and release the writer. Reads keep working; adds fail with
     /// [`Error::WriterUnavailable`].
     pub async fn close(&self) -> Result<()> {
+        if let Some(buckets) = &self.buckets {
+            let mut first_error = None;
+            for store in buckets.owned.values() {
+                if let Err(e) = Box::pin(store.close()).await {
+                    first_error.get_or_insert(e);
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+        }
         self.engine.held.stop_warming();
         let background = self.take_background();
         if let Some(background) = background {
@@ -1356,6 +1528,28 @@ impl Drop for Store {
         // when the engine goes).
         self.stop_background();
         self.engine.held.stop_warming();
+    }
+}
+
+const NO_BUCKETED_RECORDS: &str = "record capabilities (tombstones, supersession, lifecycle, \
+     unique keys, secondary-key upserts) are not available on a bucketed store: their checks \
+     read and write across keys, so across buckets";
+
+/// The bucket count `config` asks for at create: `None` for none (1);
+/// [`Error::InvalidArgument`] outside 1..=1024 (Lance's bound).
+fn check_bucket_count(config: &StoreConfig) -> Result<Option<u32>> {
+    match config.buckets {
+        0 => Err(Error::invalid_argument(
+            "buckets must be at least 1 (1 is no bucket sharding)",
+        )),
+        1 => Ok(None),
+        n if n > 1024 => Err(Error::invalid_argument(format!(
+            "buckets must be at most 1024, got {n}"
+        ))),
+        _ if config.capabilities != RecordCapabilities::default() => {
+            Err(Error::invalid_argument(NO_BUCKETED_RECORDS))
+        }
+        n => Ok(Some(n)),
     }
 }
 

@@ -78,6 +78,22 @@ pub struct ServeCommand {
     /// without a uri go to ROOT/stores/NAME regardless.
     #[arg(long = "allow-uri-prefix", value_name = "PREFIX")]
     allow_uri_prefixes: Vec<String>,
+    /// The buckets of bucketed stores (`store create --buckets N`) this
+    /// instance writes, e.g. `0-7` or `0-3,8`: it claims their shards
+    /// (fencing a previous owner, replaying its WAL). An add with a row of
+    /// another bucket is refused (409 not_owner, naming the bucket); reads
+    /// see every bucket. Default: all buckets. Stores without buckets
+    /// ignore it.
+    #[arg(long, value_name = "BUCKETS", value_parser = parse_owns)]
+    owns: Option<Owns>,
+}
+
+/// A set of buckets (`--owns`).
+#[derive(Debug, Clone)]
+struct Owns(Vec<u32>);
+
+fn parse_owns(text: &str) -> std::result::Result<Owns, String> {
+    lance_context_store::parse_buckets(text).map(Owns)
 }
 
 impl ServeCommand {
@@ -113,6 +129,7 @@ impl ServeCommand {
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs.max(1));
         config.max_connections = self.max_connections.max(1);
         config.allowed_uri_prefixes = self.allow_uri_prefixes;
+        config.owned_buckets = self.owns.map(|o| o.0);
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         // The first line on stdout is the address (scripts and tests read it).

@@ -195,6 +195,12 @@ pub struct CreateCommand {
     /// the plugin is pinned checks its output on them too.
     #[arg(long, value_name = "FILE")]
     sample: Option<PathBuf>,
+    /// Bucket sharding for scale-out: the key is hashed into N buckets
+    /// (1 to 1024), each written through a shard of its own, so several
+    /// servers (`serve --owns`) can write the store at once. Fixed at
+    /// create; not for schemas with record capabilities. Default 1 (none).
+    #[arg(long, value_name = "N")]
+    buckets: Option<u32>,
 }
 
 #[derive(Parser, Debug)]
@@ -466,6 +472,7 @@ impl CreateCommand {
                 Some(path) => sample_records(path)?,
                 None => Vec::new(),
             },
+            buckets: self.buckets,
             ..Default::default()
         };
         match (self.plugin, self.spec) {

@@ -443,10 +443,23 @@ pub fn print_status(out: &Out, status: &StoreStatus) -> Result<()> {
             status.unmerged_bytes,
             status.bytes_on_disk
         );
+        if status.buckets > 1 {
+            let owned = match status.owned_buckets.as_slice() {
+                [] => "none (reads only)".to_string(),
+                list => list.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+            };
+            s.push_str(&format!(
+                "\nbuckets:               {} (this instance writes {owned})",
+                status.buckets
+            ));
+        }
+        let bucket = |b: Option<u32>| b.map(|b| format!(" (bucket {b})")).unwrap_or_default();
         for p in &status.pending_generations {
             s.push_str(&format!(
-                "\nshard {}: {} unmerged generation(s)",
-                p.shard, p.generations
+                "\nshard {}{}: {} unmerged generation(s)",
+                p.shard,
+                bucket(p.bucket),
+                p.generations
             ));
         }
         for i in &status.indexes {
@@ -465,8 +478,8 @@ pub fn print_status(out: &Out, status: &StoreStatus) -> Result<()> {
         }
         for m in &status.shard_manifests {
             s.push_str(&format!(
-                "\nshard {} manifest: version {} ({} byte(s), {} generation(s) listed); {} version(s) kept, {} byte(s)",
-                m.shard, m.newest_version, m.newest_bytes, m.listed_generations, m.versions, m.bytes
+                "\nshard {}{} manifest: version {} ({} byte(s), {} generation(s) listed); {} version(s) kept, {} byte(s)",
+                m.shard, bucket(m.bucket), m.newest_version, m.newest_bytes, m.listed_generations, m.versions, m.bytes
             ));
         }
         match &status.maintenance_reason {
@@ -484,13 +497,20 @@ pub fn print_status(out: &Out, status: &StoreStatus) -> Result<()> {
 pub fn print_merge(out: &Out, m: &MergeReport) -> Result<()> {
     out.item(m, || {
         format!(
-            "merged {} generation(s): {} row(s) upserted, {} key(s) deleted in {} pass(es) ({:.2} s); \
+            "merged {} generation(s): {} row(s) upserted, {} key(s) deleted in {} pass(es) ({:.2} s: \
+             read {:.2}, write {:.2}, count {:.2}, cleanup {:.2}, indexes {:.2}, retention {:.2}); \
              removed {} merged generation(s), {} WAL file(s), {} old version(s)",
             m.generations_merged,
             m.rows_upserted,
             m.keys_deleted,
             m.passes,
             m.seconds,
+            m.phases.read,
+            m.phases.write,
+            m.phases.count,
+            m.phases.cleanup,
+            m.phases.indexes,
+            m.phases.retention,
             m.generations_removed,
             m.wal_files_removed,
             m.versions_removed

@@ -122,6 +122,25 @@ impl ApiError {
                 e.details = problem_details(problem, row);
                 break;
             }
+            // A row of a bucket another instance owns: which, so a caller
+            // (or a proxy) can send it there.
+            if let Some(lance_context_store::Error::NotOwner {
+                row,
+                bucket,
+                buckets,
+                owned,
+                ..
+            }) = store_error
+            {
+                e.code = "not_owner".to_string();
+                e.details = json!({
+                    "record": row,
+                    "bucket": bucket,
+                    "buckets": buckets,
+                    "owned": owned,
+                });
+                break;
+            }
             // An adoption refused: the whole column-by-column report.
             if let Some(crate::RegistryError::AdoptRefused { report, .. }) =
                 cause.downcast_ref::<crate::RegistryError>()

@@ -69,6 +69,10 @@ pub struct EmbeddedConfig {
     /// delete ([`records::MAX_PAGE`], 10,000, by default; a tool reading a
     /// whole store where it lies may allow `usize::MAX`: one scan).
     pub max_page: usize,
+    /// The buckets of bucketed stores this host writes (`serve --owns`);
+    /// `None`: all of them. A store without buckets ignores it. See
+    /// `lance_context_store::StoreConfig::with_owned_buckets`.
+    pub owned_buckets: Option<Vec<u32>>,
 }
 
 /// Whether a store stays open between operations.
@@ -118,6 +122,7 @@ impl Default for EmbeddedConfig {
             residency: Residency::Resident,
             trusted_filters: false,
             max_page: records::MAX_PAGE,
+            owned_buckets: None,
         }
     }
 }
@@ -290,6 +295,7 @@ impl Embedded {
         let opening = {
             let (cell, registry) = (cell.clone(), self.registry.clone());
             let (options, slots) = (self.config.storage_options.clone(), self.new_slots());
+            let owned = self.config.owned_buckets.clone();
             let name = name.to_string();
             self.tasks.spawn(async move {
                 cell.store
@@ -300,7 +306,9 @@ impl Embedded {
                         if let Some(hold) = cell.hold() {
                             return Err(hold.refusal(&name));
                         }
-                        let named = registry.open(&name, &options).await?;
+                        let named = registry
+                            .open_with(&name, &options, false, |c| c.with_owned_buckets(owned))
+                            .await?;
                         Ok::<_, ApiError>(Arc::new(OpenStore { named, slots }))
                     })
                     .await
@@ -571,8 +579,11 @@ impl Embedded {
                         .map_err(|e| version_refused(name, version, e))?
                 }
                 Access::Write => {
+                    let owned = self.config.owned_buckets.clone();
                     self.registry
-                        .open_with(name, options, false, |c| c.with_manual_maintenance())
+                        .open_with(name, options, false, |c| {
+                            c.with_manual_maintenance().with_owned_buckets(owned)
+                        })
                         .await?
                 }
             })

@@ -31,6 +31,8 @@ impl Embedded {
         options.uri = create.uri;
         options.storage_options = self.config.storage_options.clone();
         options.probe_samples = samples(&create.samples)?;
+        options.buckets = create.buckets.unwrap_or(1);
+        options.owned_buckets = self.config.owned_buckets.clone();
         // The registry serialises creates of one name; other stores'
         // operations go on meanwhile.
         let (entry, warnings) = self.create_open(&create.name, options).await?;

@@ -69,6 +69,10 @@ pub struct ServerConfig {
     /// `stores/` only. A store created without a uri goes to
     /// `<root>/stores/<name>` whatever this says.
     pub allowed_uri_prefixes: Vec<String>,
+    /// The buckets of bucketed stores this server writes (`serve --owns`);
+    /// `None`: all. An add with a row of another bucket is refused with
+    /// 409 `not_owner`, naming the bucket; reads see every bucket.
+    pub owned_buckets: Option<Vec<u32>>,
 }
 
 impl ServerConfig {
@@ -90,6 +94,7 @@ impl ServerConfig {
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
             allowed_uri_prefixes: Vec::new(),
+            owned_buckets: None,
         }
     }
 
@@ -180,6 +185,7 @@ impl Server {
                 // A request's filter is not the operator's: plain predicates.
                 trusted_filters: false,
                 max_page: crate::MAX_PAGE,
+                owned_buckets: config.owned_buckets.clone(),
             },
         );
         Ok(Self {
