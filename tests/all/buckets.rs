@@ -333,6 +333,7 @@ async fn add_routed(
                 "{error:?}"
             );
             assert_eq!(error.details["record"], 0);
+            assert_eq!(error.details["key"], record["id"]);
             assert!(error.details["bucket"].as_u64().unwrap() >= 2, "{error:?}");
             assert_eq!(error.details["owned"], serde_json::json!([0, 1]));
             assert_eq!(

@@ -180,7 +180,7 @@ impl Store {
     /// Start a writable handle: one writer on the instance's shard, or on a
     /// bucketed store one per owned bucket.
     async fn start_writable(config: StoreConfig, opener: Opener, dataset: Dataset) -> Result<Self> {
-        let Some((spec, count)) = buckets::sharding_of(&dataset).await? else {
+        let Some((spec, count)) = buckets::sharding_of(&dataset, &config.key_column).await? else {
             if config.buckets > 1 {
                 return Err(Error::invalid_argument(format!(
                     "the store at {} has no buckets (it was created without them); \
@@ -205,8 +205,20 @@ impl Store {
         };
         owned.sort_unstable();
         owned.dedup();
+        if owned.is_empty() && config.owned_buckets.as_ref().is_some_and(|l| !l.is_empty()) {
+            tracing::warn!(
+                uri = %config.uri,
+                "none of the buckets this instance owns is below the store's count ({count}): \
+                 it writes no bucket of this store"
+            );
+        }
         let key = config.key_column.clone();
-        let mut top = Self::start(config.clone(), opener.clone(), dataset, false).await?;
+        // Keys never cross buckets: the reads of this handle need no check
+        // across shards (see `ShardPolicy`).
+        let top_config = config
+            .clone()
+            .with_shard_policy(ShardPolicy::PartitionedKeys);
+        let mut top = Self::start(top_config, opener.clone(), dataset, false).await?;
         // One writable handle per owned bucket, each on its bucket's shard.
         // The first alone (it ensures the key index, a commit), the rest
         // together; only the first compacts in the background (one
@@ -246,6 +258,12 @@ impl Store {
     pub async fn open_read_only(config: StoreConfig) -> Result<Self> {
         let opener = Opener::new(&config.uri, &config.storage_options).at_version(config.as_of);
         let dataset = opener.open().await?;
+        // A bucketed store keeps each key in its bucket's shard: reads need
+        // not check across shards for a takeover (see `ShardPolicy`).
+        let config = match buckets::sharding_of(&dataset, &config.key_column).await {
+            Ok(Some(_)) => config.with_shard_policy(ShardPolicy::PartitionedKeys),
+            _ => config,
+        };
         Self::start(config, opener, dataset, false).await
     }
 
@@ -1099,7 +1117,7 @@ impl Store {
             let dataset = self.engine.dataset.read().await.clone();
             // Only a figure here: a spec this build cannot write through
             // does not fail the stats.
-            if let Ok(Some((_, count))) = buckets::sharding_of(&dataset).await {
+            if let Ok(Some((_, count))) = buckets::sharding_of(&dataset, self.key_column()).await {
                 stats.buckets = count;
             }
         }
@@ -1171,8 +1189,17 @@ impl Store {
     /// is the rightful owner.
     pub async fn reclaim(&self) -> Result<()> {
         if let Some(buckets) = &self.buckets {
+            // Only the buckets whose writer lost its shard: claiming the
+            // others again would fence nobody but could race a peer.
             for store in buckets.owned.values() {
-                Box::pin(store.reclaim()).await?;
+                let latched = store
+                    .engine
+                    .writer
+                    .as_ref()
+                    .is_some_and(|w| w.latched().is_some());
+                if latched {
+                    Box::pin(store.reclaim()).await?;
+                }
             }
             return Ok(());
         }
@@ -1500,9 +1527,8 @@ impl Store {
                     first_error.get_or_insert(e);
                 }
             }
-            if let Some(e) = first_error {
-                return Err(e);
-            }
+            self.engine.held.stop_warming();
+            return first_error.map_or(Ok(()), Err);
         }
         self.engine.held.stop_warming();
         let background = self.take_background();

@@ -126,15 +126,16 @@ impl ApiError {
             // (or a proxy) can send it there.
             if let Some(lance_context_store::Error::NotOwner {
                 row,
+                key,
                 bucket,
                 buckets,
                 owned,
-                ..
             }) = store_error
             {
                 e.code = "not_owner".to_string();
                 e.details = json!({
                     "record": row,
+                    "key": key,
                     "bucket": bucket,
                     "buckets": buckets,
                     "owned": owned,

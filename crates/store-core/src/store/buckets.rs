@@ -4,7 +4,9 @@
 //! A store created with [`crate::StoreConfig::with_buckets`] records Lance's
 //! MemWAL bucket sharding spec on its key column (murmur3 of the key modulo
 //! the count — Lance's own `evaluate_sharding_spec`, so LanceDB and
-//! lance-spark route a key to the same bucket). Bucket `b` is written
+//! lance-spark compute the same bucket number; they do not write through
+//! the bucket's shard named here, so only this engine may write a
+//! bucketed store). Bucket `b` is written
 //! through one shard, the one of instance id [`bucket_instance_id`]`(b)`,
 //! whatever process holds it: owning a bucket is holding that shard's
 //! epoch. Taking a bucket over claims the shard (fencing a writer still on
@@ -110,7 +112,10 @@ fn range(start: u32, end: u32) -> String {
 
 /// The bucket sharding a dataset's MemWAL records: its spec and count, or
 /// `None` (manual sharding: no buckets).
-pub(crate) async fn sharding_of(dataset: &Dataset) -> Result<Option<(ShardingSpec, u32)>> {
+pub(crate) async fn sharding_of(
+    dataset: &Dataset,
+    key: &str,
+) -> Result<Option<(ShardingSpec, u32)>> {
     let Some(details) = dataset
         .mem_wal_index_details()
         .await
@@ -143,6 +148,15 @@ pub(crate) async fn sharding_of(dataset: &Dataset) -> Result<Option<(ShardingSpe
                 .collect::<Vec<_>>()
         )));
     };
+    // Routed here by the key alone: a spec of several fields, or bucketing
+    // another column, would put rows where Lance's routing does not.
+    let key_id = dataset.schema().field(key).map(|f| f.id);
+    if spec.fields.len() != 1 || key_id.is_none() || field.source_ids != [key_id.unwrap_or(-1)] {
+        return Err(Error::invalid_argument(format!(
+            "the dataset's MemWAL buckets rows by something other than the key column \
+             '{key}' alone; this build writes only stores bucketed by their key"
+        )));
+    }
     let count: u32 = field
         .parameters
         .get("num_buckets")
@@ -299,12 +313,20 @@ impl Buckets {
     }
 
     /// Merge every owned bucket's shard, one after the other (their commits
-    /// to the base table would only conflict), the stats summed.
+    /// to the base table would only conflict), the stats summed. A bucket
+    /// that fails does not stop the others; the first error is returned
+    /// after every bucket was tried.
     pub(crate) async fn merge(&self) -> Result<MergeStats> {
         let mut total = MergeStats::default();
+        let mut first_error = None;
         for store in self.owned.values() {
-            total.absorb(&Box::pin(store.merge()).await?);
+            match Box::pin(store.merge()).await {
+                Ok(stats) => total.absorb(&stats),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        Ok(total)
+        first_error.map_or(Ok(total), Err)
     }
 }
