@@ -350,10 +350,25 @@ async fn add_routed(
     }
 }
 
+/// Every record of the `events` store, through a server.
+async fn every_event(c: &lance_context_client::Client) -> Vec<serde_json::Value> {
+    use lance_context_client::{ListParams, StoreApi};
+    let every = ListParams {
+        limit: Some(1000),
+        ..ListParams::default()
+    };
+    c.list("events", &every)
+        .await
+        .unwrap()
+        .records
+        .values()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_owning_disjoint_buckets_serve_one_store_and_a_killed_one_is_replaced() {
     use crate::server::ServerProc;
-    use lance_context_client::{CreateStore, ListParams, StoreApi};
+    use lance_context_client::{CreateStore, StoreApi};
     use serde_json::json;
 
     let dir = tempfile::tempdir().unwrap();
@@ -378,18 +393,8 @@ async fn servers_owning_disjoint_buckets_serve_one_store_and_a_killed_one_is_rep
         }
     }
     assert!(owner.contains(&0) && owner.contains(&1), "{owner:?}");
-    let every = ListParams {
-        limit: Some(1000),
-        ..ListParams::default()
-    };
     for c in [&ca, &cb] {
-        let rows = c
-            .list("events", &every)
-            .await
-            .unwrap()
-            .records
-            .values()
-            .unwrap();
+        let rows = every_event(c).await;
         assert_eq!(rows.len(), 40, "each key once");
         assert!(rows.iter().all(|r| r["v"] == 2), "newest wins");
     }
@@ -401,13 +406,7 @@ async fn servers_owning_disjoint_buckets_serve_one_store_and_a_killed_one_is_rep
     drop(a);
     let c = ServerProc::start(dir.path(), &["--owns", "0-1"]);
     let cc = c.client();
-    let rows = cc
-        .list("events", &every)
-        .await
-        .unwrap()
-        .records
-        .values()
-        .unwrap();
+    let rows = every_event(&cc).await;
     assert_eq!(rows.len(), 40);
     assert!(rows.iter().all(|r| r["v"] == 2));
     for (i, owned_by) in owner.iter().enumerate() {
@@ -416,13 +415,7 @@ async fn servers_owning_disjoint_buckets_serve_one_store_and_a_killed_one_is_rep
     }
     cc.merge("events").await.unwrap();
     cb.merge("events").await.unwrap();
-    let rows = cb
-        .list("events", &every)
-        .await
-        .unwrap()
-        .records
-        .values()
-        .unwrap();
+    let rows = every_event(&cb).await;
     assert_eq!(rows.len(), 40);
     assert!(rows.iter().all(|r| r["v"] == 3));
     let base: Vec<String> =

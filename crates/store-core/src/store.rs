@@ -106,6 +106,9 @@ pub struct Store {
     /// A bucketed store's owned buckets, each a writable handle of its own
     /// (this handle then reads only; see the `buckets` module).
     buckets: Option<buckets::Buckets>,
+    /// A read-only handle's view of the dataset's bucket count (read once
+    /// at open; a writable handle's is in `buckets`).
+    read_buckets: Option<u32>,
     /// Awaited by the next read between taking its view and reading
     /// (failpoints: a reader slower than cleanup).
     #[cfg(feature = "failpoints")]
@@ -260,11 +263,19 @@ impl Store {
         let dataset = opener.open().await?;
         // A bucketed store keeps each key in its bucket's shard: reads need
         // not check across shards for a takeover (see `ShardPolicy`).
-        let config = match buckets::sharding_of(&dataset, &config.key_column).await {
-            Ok(Some(_)) => config.with_shard_policy(ShardPolicy::PartitionedKeys),
-            _ => config,
+        // A spec this build cannot write through does not fail a read-only
+        // open.
+        let count = match buckets::sharding_of(&dataset, &config.key_column).await {
+            Ok(Some((_, count))) => Some(count),
+            _ => None,
         };
-        Self::start(config, opener, dataset, false).await
+        let config = match count {
+            Some(_) => config.with_shard_policy(ShardPolicy::PartitionedKeys),
+            None => config,
+        };
+        let mut store = Self::start(config, opener, dataset, false).await?;
+        store.read_buckets = count;
+        Ok(store)
     }
 
     /// Delete the dataset at `config.uri` — every version, index and WAL
@@ -494,6 +505,7 @@ impl Store {
             rules,
             shard_policy: config.shard_policy,
             buckets: None,
+            read_buckets: None,
             #[cfg(feature = "failpoints")]
             read_pause: std::sync::Mutex::new(None),
             #[cfg(feature = "failpoints")]
@@ -1113,13 +1125,8 @@ impl Store {
                     stats.last_background_error = theirs.3;
                 }
             }
-        } else {
-            let dataset = self.engine.dataset.read().await.clone();
-            // Only a figure here: a spec this build cannot write through
-            // does not fail the stats.
-            if let Ok(Some((_, count))) = buckets::sharding_of(&dataset, self.key_column()).await {
-                stats.buckets = count;
-            }
+        } else if let Some(count) = self.read_buckets {
+            stats.buckets = count;
         }
         Ok(stats)
     }

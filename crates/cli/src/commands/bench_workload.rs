@@ -242,20 +242,13 @@ pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Resul
     let merged = store.merge().await?;
     let took = started.elapsed();
     let merge = merged.rows_upserted as f64 / took.as_secs_f64();
-    let p = &merged.phases;
     println!(
-        "this host's merge at {} records: {} rows from {} generation(s) in {:.2} s \
-         (read {:.2}, write {:.2}, count {:.2}, cleanup {:.2}, indexes {:.2}, retention {:.2})",
+        "this host's merge at {} records: {} rows from {} generation(s) in {:.2} s ({})",
         load.total(),
         merged.rows_upserted,
         merged.generations_merged,
         took.as_secs_f64(),
-        p.read.as_secs_f64(),
-        p.write.as_secs_f64(),
-        p.count.as_secs_f64(),
-        p.cleanup.as_secs_f64(),
-        p.indexes.as_secs_f64(),
-        p.retention.as_secs_f64(),
+        super::through::phases_text(&lance_context_host::merge_report(&merged, 0.0).phases),
     );
     let (m50, m99) = gets().await?;
     let s2 = scan().await?;

@@ -92,7 +92,7 @@ pub struct ServeCommand {
 #[derive(Debug, Clone)]
 struct Owns(Vec<u32>);
 
-fn parse_owns(text: &str) -> std::result::Result<Owns, String> {
+fn parse_owns(text: &str) -> lance_context_store::Result<Owns> {
     lance_context_store::parse_buckets(text).map(Owns)
 }
 

@@ -493,24 +493,26 @@ pub fn print_status(out: &Out, status: &StoreStatus) -> Result<()> {
     })
 }
 
+/// A merge's time per phase, in seconds: `read 0.12, write 0.30, …`.
+pub fn phases_text(p: &lance_context_client::MergePhaseSeconds) -> String {
+    format!(
+        "read {:.2}, write {:.2}, count {:.2}, cleanup {:.2}, indexes {:.2}, retention {:.2}",
+        p.read, p.write, p.count, p.cleanup, p.indexes, p.retention
+    )
+}
+
 /// `merge`: one object ([`MergeReport`]).
 pub fn print_merge(out: &Out, m: &MergeReport) -> Result<()> {
     out.item(m, || {
         format!(
             "merged {} generation(s): {} row(s) upserted, {} key(s) deleted in {} pass(es) ({:.2} s: \
-             read {:.2}, write {:.2}, count {:.2}, cleanup {:.2}, indexes {:.2}, retention {:.2}); \
-             removed {} merged generation(s), {} WAL file(s), {} old version(s)",
+             {}); removed {} merged generation(s), {} WAL file(s), {} old version(s)",
             m.generations_merged,
             m.rows_upserted,
             m.keys_deleted,
             m.passes,
             m.seconds,
-            m.phases.read,
-            m.phases.write,
-            m.phases.count,
-            m.phases.cleanup,
-            m.phases.indexes,
-            m.phases.retention,
+            phases_text(&m.phases),
             m.generations_removed,
             m.wal_files_removed,
             m.versions_removed

@@ -44,36 +44,39 @@ pub fn bucket_instance_id(bucket: u32) -> String {
 }
 
 /// Parse a set of buckets as an operator writes it — `0-7`, `3`,
-/// `0-3,8,10-11` — into a sorted list without repeats.
-pub fn parse_buckets(text: &str) -> std::result::Result<Vec<u32>, String> {
-    let number = |s: &str| -> std::result::Result<u32, String> {
-        s.trim()
-            .parse::<u32>()
-            .map_err(|_| format!("'{}' is not a bucket number", s.trim()))
+/// `0-3,8,10-11` — into a sorted list without repeats
+/// ([`Error::InvalidArgument`] saying what is wrong).
+pub fn parse_buckets(text: &str) -> Result<Vec<u32>> {
+    let number = |s: &str| -> Result<u32> {
+        let b = s.trim().parse::<u32>().map_err(|_| {
+            Error::invalid_argument(format!("'{}' is not a bucket number", s.trim()))
+        })?;
+        match b < 1024 {
+            true => Ok(b),
+            false => Err(Error::invalid_argument(format!(
+                "bucket {b}: a store has at most 1024 buckets"
+            ))),
+        }
     };
     let mut buckets = Vec::new();
     for part in text.split(',') {
         if part.trim().is_empty() {
-            return Err(format!("'{text}': an empty item (write e.g. 0-3,8)"));
+            return Err(Error::invalid_argument(format!(
+                "'{text}': an empty item (write e.g. 0-3,8)"
+            )));
         }
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (number(a)?, number(b)?);
                 if a > b {
-                    return Err(format!("'{}': the range runs backwards", part.trim()));
-                }
-                if b >= 1024 {
-                    return Err(format!("bucket {b}: a store has at most 1024 buckets"));
+                    return Err(Error::invalid_argument(format!(
+                        "'{}': the range runs backwards",
+                        part.trim()
+                    )));
                 }
                 buckets.extend(a..=b);
             }
-            None => {
-                let b = number(part)?;
-                if b >= 1024 {
-                    return Err(format!("bucket {b}: a store has at most 1024 buckets"));
-                }
-                buckets.push(b);
-            }
+            None => buckets.push(number(part)?),
         }
     }
     buckets.sort_unstable();
