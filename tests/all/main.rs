@@ -20,6 +20,7 @@ mod read;
 mod records;
 mod registry;
 mod sandbox;
+mod scaleout;
 mod search;
 mod server;
 mod shards;

@@ -18,6 +18,17 @@ pub struct ServerProc {
 
 impl ServerProc {
     pub fn start(root: &Path, extra: &[&str]) -> Self {
+        Self::spawn(root, extra, Stdio::piped())
+    }
+
+    /// [`Self::start`], its stderr (the log) written to `log`: a server
+    /// that logs much is never held by a full pipe.
+    pub fn start_logging(root: &Path, extra: &[&str], log: &Path) -> Self {
+        let file = std::fs::File::create(log).unwrap();
+        Self::spawn(root, extra, Stdio::from(file))
+    }
+
+    fn spawn(root: &Path, extra: &[&str], stderr: Stdio) -> Self {
         let mut child = Command::new(cli_binary())
             .args([
                 "serve",
@@ -30,7 +41,7 @@ impl ServerProc {
             .env("LANCE_CONTEXT_CACHE_DIR", compile_cache())
             .env_remove("LANCE_CONTEXT_TOKENS")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut line = String::new();

@@ -15,9 +15,9 @@ use lance_context_store::{Store, StoreConfig};
 
 use crate::support::*;
 
-struct S3Server {
+pub(crate) struct S3Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Drop for S3Server {
@@ -37,7 +37,7 @@ fn free_port() -> u16 {
 
 /// Start moto's S3 server on a free loopback port. The test suite's setup
 /// (`make test-deps`) installs it; its absence is a failure, not a skip.
-fn start_s3() -> S3Server {
+pub(crate) fn start_s3() -> S3Server {
     let port = free_port();
     let child = Command::new("python3")
         .args([
@@ -65,7 +65,7 @@ fn start_s3() -> S3Server {
 }
 
 /// Create a bucket with a plain HTTP request.
-fn create_bucket(port: u16, bucket: &str) {
+pub(crate) fn create_bucket(port: u16, bucket: &str) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         stream,
@@ -77,7 +77,7 @@ fn create_bucket(port: u16, bucket: &str) {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
-fn s3_config(port: u16, uri: &str) -> StoreConfig {
+pub(crate) fn s3_config(port: u16, uri: &str) -> StoreConfig {
     config(uri)
         .with_storage_option("aws_endpoint", format!("http://127.0.0.1:{port}"))
         .with_storage_option("aws_access_key_id", "testing")

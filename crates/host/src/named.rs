@@ -31,6 +31,27 @@ pub struct NamedStore {
     probe_warnings: Vec<String>,
 }
 
+/// Records the plugin prepared for an add ([`NamedStore::prepare`]): only
+/// [`NamedStore::add_prepared`] writes them.
+#[derive(Debug)]
+pub struct Prepared {
+    ready: RecordBatch,
+    /// The bucket of each row (bucketed stores written here).
+    buckets: Option<Vec<u32>>,
+}
+
+impl Prepared {
+    /// The bucket of each row, in input order (`None`: not bucketed).
+    pub fn buckets(&self) -> Option<&[u32]> {
+        self.buckets.as_deref()
+    }
+
+    /// How many rows.
+    pub fn rows(&self) -> usize {
+        self.ready.num_rows()
+    }
+}
+
 /// A named query that could not run: bad name or arguments, or the engine.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -118,6 +139,82 @@ impl NamedStore {
     pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome, PipelineError> {
         let ready = pipeline::prepare(&self.plugin, batch, crate::now_micros()).await?;
         Ok(self.store.add(&ready).await?)
+    }
+
+    /// The plugin's part of an add alone (validate, transform), and the
+    /// bucket of each prepared row when the store is bucketed and written
+    /// here: what [`Self::add_prepared`] writes, whole or in part. A store
+    /// with scale-out peers writes the rows of its own buckets and sends
+    /// the others' input rows to their owners (`crate::members`).
+    pub async fn prepare(&self, batch: &RecordBatch) -> Result<Prepared, PipelineError> {
+        let ready = pipeline::prepare(&self.plugin, batch, crate::now_micros()).await?;
+        let buckets = match self.store.bucket_count() {
+            Some(_) if ready.num_rows() == batch.num_rows() => {
+                let keys = ready
+                    .column_by_name(&self.entry.spec.key)
+                    .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>());
+                match keys {
+                    Some(keys) if arrow_array::Array::null_count(keys) == 0 => {
+                        let keys: Vec<&str> = keys.iter().flatten().collect();
+                        self.store.buckets_of_keys(&keys)?
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        Ok(Prepared { ready, buckets })
+    }
+
+    /// Write the rows `rows` of a batch [`Self::prepare`] made (all: `None`).
+    pub async fn add_prepared(
+        &self,
+        prepared: &Prepared,
+        rows: Option<&[u32]>,
+    ) -> Result<AddOutcome, PipelineError> {
+        let Some(rows) = rows else {
+            return Ok(self.store.add(&prepared.ready).await?);
+        };
+        let indices = arrow_array::UInt32Array::from(rows.to_vec());
+        let columns = prepared
+            .ready
+            .columns()
+            .iter()
+            .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(lance_context_store::Error::from)?;
+        let part = RecordBatch::try_new(prepared.ready.schema(), columns)
+            .map_err(lance_context_store::Error::from)?;
+        Ok(self.store.add(&part).await?)
+    }
+
+    /// A bucketed store's bucket count (`None`: not bucketed).
+    pub fn bucket_count(&self) -> Option<u32> {
+        self.store.bucket_count()
+    }
+
+    /// The buckets this handle writes.
+    pub fn owned_buckets(&self) -> Vec<u32> {
+        self.store.owned_buckets()
+    }
+
+    /// The bucket of each key (`None`: not bucketed, or read-only).
+    pub fn buckets_of_keys(
+        &self,
+        keys: &[&str],
+    ) -> Result<Option<Vec<u32>>, lance_context_store::Error> {
+        self.store.buckets_of_keys(keys)
+    }
+
+    /// Each owned bucket and the epoch its shard is held at.
+    pub async fn bucket_epochs(&self) -> Vec<(u32, Option<u64>)> {
+        self.store.bucket_epochs().await
+    }
+
+    /// The engine handle's notes (`_lance_context/…` kept with the data):
+    /// the scale-out membership records (`crate::members`).
+    pub(crate) fn engine(&self) -> &Store {
+        &self.store
     }
 
     /// Insert or replace records by the schema's secondary key: the plugin

@@ -19,6 +19,27 @@ use lance::io::{ObjectStore, ObjectStoreParams, ObjectStoreRegistry, StorageOpti
 
 use crate::error::{Error, LanceResultExt, Result};
 
+/// Which version of a note was written (the object store's e-tag and
+/// version), for a conditional write over it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NoteVersion {
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
+/// What a conditional note write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoteWrite {
+    /// Written (over the expected version, when one was given).
+    Written(NoteVersion),
+    /// Not written: the note is not the version expected (someone else
+    /// wrote it, or deleted it).
+    Conflict,
+    /// Written over whatever was there: the object store cannot replace
+    /// conditionally (a local directory).
+    Unconditional(NoteVersion),
+}
+
 /// Opens and creates the dataset at one URI with one set of storage options.
 #[derive(Clone)]
 pub(crate) struct Opener {
@@ -180,10 +201,7 @@ impl Opener {
     /// when there is none.
     pub async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let (store, path) = self.object_store().await?;
-        match store
-            .read_one_all(&path.clone().join("_lance_context").join(name))
-            .await
-        {
+        match store.read_one_all(&Self::note_path(&path, name)).await {
             Ok(bytes) => Ok(Some(bytes.to_vec())),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(Error::from_lance(format!("reading {name}"), None, e)),
@@ -194,10 +212,120 @@ impl Opener {
     pub async fn write_note(&self, name: &str, bytes: &[u8]) -> Result<()> {
         let (store, path) = self.object_store().await?;
         store
-            .put(&path.clone().join("_lance_context").join(name), bytes)
+            .put(&Self::note_path(&path, name), bytes)
             .await
             .map(|_| ())
             .map_err(|e| Error::from_lance(format!("writing {name}"), None, e))
+    }
+
+    /// The path of note `name` (`a/b.json`: one part per `/`).
+    fn note_path(base: &object_store::path::Path, name: &str) -> object_store::path::Path {
+        name.split('/')
+            .filter(|p| !p.is_empty())
+            .fold(base.clone().join("_lance_context"), |path, part| {
+                path.join(part)
+            })
+    }
+
+    /// Write note `name` and say which version of it was written. With
+    /// `expected`, only over that version (a conditional write: another
+    /// writer's version in between is [`NoteWrite::Conflict`]); where the
+    /// object store has no conditional replace (a local directory), the
+    /// note is replaced and the answer says so ([`NoteWrite::Unconditional`]).
+    pub async fn write_note_if(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        expected: Option<&NoteVersion>,
+    ) -> Result<NoteWrite> {
+        use object_store::{ObjectStoreExt as _, PutMode, PutOptions, UpdateVersion};
+        let (store, base) = self.object_store().await?;
+        let path = Self::note_path(&base, name);
+        let payload = object_store::PutPayload::from(bytes.to_vec());
+        let written = |r: object_store::PutResult| NoteVersion {
+            e_tag: r.e_tag,
+            version: r.version,
+        };
+        let plain = |store: Arc<ObjectStore>, path, payload| async move {
+            store
+                .inner
+                .put(&path, payload)
+                .await
+                .map_err(|e| Error::from_lance(format!("writing {name}"), None, e.into()))
+        };
+        let Some(expected) = expected else {
+            return Ok(NoteWrite::Written(written(
+                plain(store, path, payload).await?,
+            )));
+        };
+        let options = PutOptions {
+            mode: PutMode::Update(UpdateVersion {
+                e_tag: expected.e_tag.clone(),
+                version: expected.version.clone(),
+            }),
+            ..Default::default()
+        };
+        match store.inner.put_opts(&path, payload.clone(), options).await {
+            Ok(r) => Ok(NoteWrite::Written(written(r))),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. }
+                | object_store::Error::NotFound { .. },
+            ) => Ok(NoteWrite::Conflict),
+            Err(object_store::Error::NotImplemented { .. })
+            | Err(object_store::Error::NotSupported { .. }) => Ok(NoteWrite::Unconditional(
+                written(plain(store, path, payload).await?),
+            )),
+            Err(e) => Err(Error::from_lance(format!("writing {name}"), None, e.into())),
+        }
+    }
+
+    /// Every note under `_lance_context/<dir>/`: its file name and bytes
+    /// (a note deleted while listed is left out).
+    pub async fn list_notes(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        use futures::TryStreamExt as _;
+        use object_store::ObjectStoreExt as _;
+        let (store, base) = self.object_store().await?;
+        let prefix = Self::note_path(&base, dir);
+        let listed: Vec<object_store::ObjectMeta> = store
+            .inner
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|e| Error::from_lance(format!("listing {dir}"), None, e.into()))?;
+        let mut notes = Vec::with_capacity(listed.len());
+        for meta in listed {
+            let Some(file) = meta.location.filename().map(str::to_string) else {
+                continue;
+            };
+            match store.inner.get(&meta.location).await {
+                Ok(got) => match got.bytes().await {
+                    Ok(bytes) => notes.push((file, bytes.to_vec())),
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => {
+                        return Err(Error::from_lance(format!("reading {file}"), None, e.into()));
+                    }
+                },
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(Error::from_lance(format!("reading {file}"), None, e.into())),
+            }
+        }
+        notes.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(notes)
+    }
+
+    /// Delete note `name` (gone already: fine).
+    pub async fn remove_note(&self, name: &str) -> Result<()> {
+        use object_store::ObjectStoreExt as _;
+        let (store, base) = self.object_store().await?;
+        match store.inner.delete(&Self::note_path(&base, name)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::from_lance(
+                format!("removing {name}"),
+                None,
+                e.into(),
+            )),
+        }
     }
 
     /// Delete everything under the URI: every version, index, WAL shard and

@@ -103,7 +103,7 @@ pub use config::{
     Metric, RecordCapabilities, RetentionSettings, ShardPolicy, StoreConfig, TextColumn,
     VectorColumn, VectorIndexKind, WriterSettings,
 };
-pub use dataset::Location;
+pub use dataset::{Location, NoteVersion, NoteWrite};
 pub use engine::{CompactionStats, IndexStats, MaintenanceState, ShardManifestStats, StoreStats};
 pub use error::{BatchProblem, Error, ErrorKind, FenceReason, Result};
 pub use id::{generate_id, shard_id_for_instance};

@@ -533,6 +533,31 @@ impl Store {
         self.engine.opener.uri()
     }
 
+    /// Write this store's note `name` ([`Store::write_note`]), conditional
+    /// on the version `expected` when given (see [`crate::NoteWrite`]).
+    pub async fn write_note_if(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        expected: Option<&crate::NoteVersion>,
+    ) -> Result<crate::NoteWrite> {
+        self.engine
+            .opener
+            .write_note_if(name, bytes, expected)
+            .await
+    }
+
+    /// This store's notes under `_lance_context/<dir>/` (file name, bytes),
+    /// sorted by name.
+    pub async fn list_notes(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.engine.opener.list_notes(dir).await
+    }
+
+    /// Delete this store's note `name` (absent: fine).
+    pub async fn remove_note(&self, name: &str) -> Result<()> {
+        self.engine.opener.remove_note(name).await
+    }
+
     /// This instance's id.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
@@ -564,6 +589,44 @@ impl Store {
             .as_ref()
             .map(|b| b.owned_list())
             .unwrap_or_default()
+    }
+
+    /// The bucket of each key, as Lance routes it (`None`: the store is not
+    /// bucketed, or this handle was opened read-only).
+    pub fn buckets_of_keys(&self, keys: &[&str]) -> Result<Option<Vec<u32>>> {
+        let Some(buckets) = &self.buckets else {
+            return Ok(None);
+        };
+        let key_field = self
+            .schemas
+            .stored
+            .field_with_name(&self.schemas.key)
+            .map_err(|_| Error::internal("the stored schema lost its key column"))?
+            .clone();
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![key_field])),
+            vec![Arc::new(StringArray::from_iter_values(
+                keys.iter().copied(),
+            ))],
+        )?;
+        buckets.buckets_of(&batch).map(Some)
+    }
+
+    /// Each owned bucket and the epoch its shard is held at (`None` for a
+    /// writer closed or lost meanwhile).
+    pub async fn bucket_epochs(&self) -> Vec<(u32, Option<u64>)> {
+        let Some(buckets) = &self.buckets else {
+            return Vec::new();
+        };
+        let mut epochs = Vec::with_capacity(buckets.owned.len());
+        for (bucket, store) in &buckets.owned {
+            let epoch = match store.engine.writer() {
+                Ok(writer) => writer.epoch().await,
+                Err(_) => None,
+            };
+            epochs.push((*bucket, epoch));
+        }
+        epochs
     }
 
     /// Add rows. When this returns `Ok`, the rows are durable (in the shard's WAL

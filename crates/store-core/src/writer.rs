@@ -343,6 +343,11 @@ impl Writer {
         }
     }
 
+    /// The epoch this writer holds its shard at (`None` once closed).
+    pub(crate) async fn epoch(&self) -> Option<u64> {
+        self.inner.read().await.as_ref().map(|w| w.epoch())
+    }
+
     /// `Err(Fenced)` once the writer lost its shard to a peer (until
     /// reclaimed), or while it recovers from a failed WAL write.
     pub(crate) fn check_latch(&self) -> Result<()> {

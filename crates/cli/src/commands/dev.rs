@@ -4,7 +4,9 @@
 use anyhow::Result;
 use clap::Subcommand;
 
-use super::{bench, bench_peer, bench_plugins, bench_search, bench_server, torture};
+use super::{
+    bench, bench_peer, bench_plugins, bench_scaleout, bench_search, bench_server, torture,
+};
 
 #[derive(Subcommand, Debug)]
 pub enum DevCommand {
@@ -17,6 +19,9 @@ pub enum DevCommand {
     BenchSearch(bench_search::SearchBenchArgs),
     /// Benchmark the REST server: adds and gets over loopback HTTP vs in process.
     BenchServer(bench_server::ServerBenchArgs),
+    /// Benchmark scale-out: add throughput, get latency and object-store
+    /// requests per add at 1, 2 and 4 instances on a loopback S3 server.
+    BenchScaleout(bench_scaleout::ScaleoutBenchArgs),
     /// Benchmark against the previous implementation (lance-context 0.6.7,
     /// installed into a venv): the single durable add, its floor (Lance's
     /// own writer) and where its time goes.
@@ -38,6 +43,7 @@ impl DevCommand {
             Self::BenchSearch(args) => bench_search::run(args).await,
             Self::BenchServer(args) => bench_server::run(args).await,
             Self::BenchPeer(args) => bench_peer::run(args).await,
+            Self::BenchScaleout(args) => bench_scaleout::run(args).await,
             Self::Torture(args) => torture::run(args).await,
             Self::TortureWriter(args) => torture::writer(args).await,
             Self::TortureMaintainer(args) => torture::maintainer(args).await,

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_peer;
 pub mod bench_plugins;
 pub mod bench_records;
+pub mod bench_scaleout;
 pub mod bench_search;
 pub mod bench_server;
 pub mod bench_workload;

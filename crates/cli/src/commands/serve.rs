@@ -86,6 +86,34 @@ pub struct ServeCommand {
     /// ignore it.
     #[arg(long, value_name = "BUCKETS", value_parser = parse_owns)]
     owns: Option<Owns>,
+    /// Scale-out: the address other instances reach this one at
+    /// (`http://HOST:PORT`; `auto`: http:// and the address listened on,
+    /// which must then not be 0.0.0.0). The server publishes a membership
+    /// record with each bucketed store (instance, address, buckets, lease),
+    /// sends the rows of other instances' buckets to their owners instead
+    /// of refusing them, and opens every store at start (`/ready` answers
+    /// 503 until then). See docs/operations.md.
+    #[arg(long, value_name = "URL")]
+    advertise: Option<String>,
+    /// Scale-out: this instance's name among the store's instances (its
+    /// membership record's name). Default: the host name ($HOSTNAME, a
+    /// Kubernetes pod's name).
+    #[arg(long, value_name = "NAME", requires = "advertise")]
+    instance: Option<String>,
+    /// Scale-out: seconds a membership record holds without renewal (it is
+    /// renewed every third of that); a killed instance's buckets are routed
+    /// nowhere once it runs out.
+    #[arg(long, default_value_t = 15, requires = "advertise")]
+    lease_secs: u64,
+}
+
+/// The host's name: $HOSTNAME, else /etc/hostname.
+fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
 }
 
 /// A set of buckets (`--owns`).
@@ -130,6 +158,22 @@ impl ServeCommand {
         config.max_connections = self.max_connections.max(1);
         config.allowed_uri_prefixes = self.allow_uri_prefixes;
         config.owned_buckets = self.owns.map(|o| o.0);
+        if let Some(address) = &self.advertise {
+            let instance = match &self.instance {
+                Some(name) => name.clone(),
+                None => host_name().ok_or_else(|| {
+                    usage("serve --advertise: no host name to name this instance by; give --instance NAME")
+                })?,
+            };
+            config.peers = Some(
+                lance_context_host::PeerConfig::new(
+                    &instance,
+                    address,
+                    Duration::from_secs(self.lease_secs),
+                )
+                .map_err(|e| usage(format!("serve: {e}")))?,
+            );
+        }
         let server = Server::bind(config).await?;
         let addr = server.local_addr()?;
         // The first line on stdout is the address (scripts and tests read it).

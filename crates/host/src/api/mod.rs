@@ -13,8 +13,10 @@
 mod admin;
 mod error;
 mod json;
+pub(crate) mod members;
 mod queries;
 mod records;
+pub(crate) use records::Origin;
 mod stores;
 
 use std::collections::HashMap;
@@ -73,6 +75,27 @@ pub struct EmbeddedConfig {
     /// `None`: all of them. A store without buckets ignores it. See
     /// `lance_context_store::StoreConfig::with_owned_buckets`.
     pub owned_buckets: Option<Vec<u32>>,
+    /// Scale-out (`serve --advertise`): this instance's name and address,
+    /// published with each bucketed store it serves, and used to send the
+    /// rows of other instances' buckets to their owners (see
+    /// docs/operations.md). `None`: rows of buckets not owned are refused
+    /// (`not_owner`).
+    pub peers: Option<members::PeerConfig>,
+}
+
+/// Join a bucketed store's membership (scale-out peers configured).
+async fn join_members(
+    store: &Arc<OpenStore>,
+    peers: Option<(members::PeerConfig, reqwest::Client)>,
+) {
+    let Some((config, http)) = peers else { return };
+    // Every instance of a bucketed store joins, one owning no bucket too:
+    // the membership is also how it finds the owners.
+    if store.named.bucket_count().is_none() {
+        return;
+    }
+    let membership = members::Membership::start(config, http, store).await;
+    let _ = store.membership.set(membership);
 }
 
 /// Whether a store stays open between operations.
@@ -123,6 +146,7 @@ impl Default for EmbeddedConfig {
             trusted_filters: false,
             max_page: records::MAX_PAGE,
             owned_buckets: None,
+            peers: None,
         }
     }
 }
@@ -132,6 +156,26 @@ impl Default for EmbeddedConfig {
 pub(crate) struct OpenStore {
     pub named: NamedStore,
     pub slots: Arc<Semaphore>,
+    /// A bucketed store's membership (scale-out peers configured).
+    pub membership: std::sync::OnceLock<Arc<members::Membership>>,
+}
+
+impl OpenStore {
+    fn new(named: NamedStore, slots: Arc<Semaphore>) -> Self {
+        Self {
+            named,
+            slots,
+            membership: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Leave the membership (the record is deleted), then close the store.
+    pub(crate) async fn close(&self) -> Result<(), lance_context_store::Error> {
+        if let Some(membership) = self.membership.get() {
+            membership.leave(self).await;
+        }
+        self.named.close().await
+    }
 }
 
 /// A store's place among those open: filled by the first operation (or by
@@ -223,6 +267,8 @@ pub struct Embedded {
     stores: Mutex<Stores>,
     config: EmbeddedConfig,
     tasks: TaskTracker,
+    /// Sends rows to their buckets' owners (scale-out peers configured).
+    http: Option<reqwest::Client>,
 }
 
 impl Embedded {
@@ -231,6 +277,16 @@ impl Embedded {
         Self {
             registry,
             stores: Mutex::new(Stores::default()),
+            http: config.peers.as_ref().map(|_| {
+                // Peers talk directly (no proxy from the environment); a
+                // send lasts at most as long as a request may.
+                reqwest::Client::builder()
+                    .no_proxy()
+                    .connect_timeout(Duration::from_secs(5))
+                    .timeout(config.deadline.unwrap_or(Duration::from_secs(300)))
+                    .build()
+                    .unwrap_or_default()
+            }),
             config,
             tasks: TaskTracker::new(),
         }
@@ -262,7 +318,7 @@ impl Embedded {
             .collect();
         let mut first_error = None;
         for store in stores {
-            if let Err(e) = store.named.close().await {
+            if let Err(e) = store.close().await {
                 tracing::warn!(store = store.named.name(), error = %e, "closing a store");
                 first_error.get_or_insert(e);
             }
@@ -270,6 +326,43 @@ impl Embedded {
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// The scale-out peers' configuration and client, when configured.
+    fn peers(&self) -> Option<(members::PeerConfig, reqwest::Client)> {
+        Some((self.config.peers.clone()?, self.http.clone()?))
+    }
+
+    /// Open every registered store not open yet (claiming the buckets this
+    /// instance owns and publishing its membership records), as the first
+    /// operation on each would: a scale-out instance is reachable for its
+    /// buckets before any request names them. A failure is logged once per
+    /// store (`failed` remembers which), not fatal: the next call or
+    /// operation tries again.
+    pub async fn open_all(&self, failed: &mut std::collections::HashSet<String>) {
+        let names: Vec<String> = match self.registry.list() {
+            Ok(entries) => entries
+                .into_iter()
+                .filter(|e| e.state == crate::registry::EntryState::Ready)
+                .map(|e| e.name)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the stores to open");
+                return;
+            }
+        };
+        for name in names {
+            match self.open(&name, None).await {
+                Ok(_) => {
+                    failed.remove(&name);
+                }
+                Err(e) => {
+                    if failed.insert(name.clone()) {
+                        tracing::warn!(store = %name, error = %e.message, "opening a store");
+                    }
+                }
+            }
         }
     }
 
@@ -296,6 +389,7 @@ impl Embedded {
             let (cell, registry) = (cell.clone(), self.registry.clone());
             let (options, slots) = (self.config.storage_options.clone(), self.new_slots());
             let owned = self.config.owned_buckets.clone();
+            let peers = self.peers();
             let name = name.to_string();
             self.tasks.spawn(async move {
                 cell.store
@@ -309,7 +403,9 @@ impl Embedded {
                         let named = registry
                             .open_with(&name, &options, false, |c| c.with_owned_buckets(owned))
                             .await?;
-                        Ok::<_, ApiError>(Arc::new(OpenStore { named, slots }))
+                        let store = Arc::new(OpenStore::new(named, slots));
+                        join_members(&store, peers).await;
+                        Ok::<_, ApiError>(store)
                     })
                     .await
                     .cloned()
@@ -356,10 +452,9 @@ impl Embedded {
                 let options = options.take().expect("taken once");
                 let named = self.registry.create(name, options).await?;
                 created = Some((named.entry().clone(), named.probe_warnings().to_vec()));
-                Ok::<_, ApiError>(Arc::new(OpenStore {
-                    named,
-                    slots: self.new_slots(),
-                }))
+                let store = Arc::new(OpenStore::new(named, self.new_slots()));
+                join_members(&store, self.peers()).await;
+                Ok::<_, ApiError>(store)
             })
             .await
             .map(|_| ());
@@ -427,7 +522,7 @@ impl Embedded {
                 // Operations still queued for a slot are refused.
                 open.slots.close();
                 std::mem::drop(all);
-                open.named.close().await?;
+                open.close().await?;
             }
             work.await
         }
@@ -504,10 +599,7 @@ impl Embedded {
                     None => opening.await,
                 }
                 .map_err(|e| version_refused(name, version, e))?;
-                Arc::new(OpenStore {
-                    named,
-                    slots: store.slots.clone(),
-                })
+                Arc::new(OpenStore::new(named, store.slots.clone()))
             }
             _ => store,
         };
@@ -597,10 +689,7 @@ impl Embedded {
             _ => open.await,
         };
         let named = named?;
-        let store = Arc::new(OpenStore {
-            named,
-            slots: self.new_slots(),
-        });
+        let store = Arc::new(OpenStore::new(named, self.new_slots()));
         // In a task of its own, as a resident store's operations: a caller
         // going away does not cancel a write half-way, and the work runs
         // on a worker's stack, not nested in the caller's.

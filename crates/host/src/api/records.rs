@@ -9,9 +9,198 @@ use lance_context_store::{PatchTarget, ScanRequest, SortKey};
 use serde_json::{Value, json};
 
 use super::json::{batch_from_json, last_string, rows, to_json};
+use super::members::Membership;
 use super::{Access, ApiError, Embedded, OpenStore};
 use crate::spec::Capability;
 use crate::{ErrorKind, conform, default_projection};
+
+/// Where a write came from: the server passes the caller's credentials on
+/// when it sends rows to their owners, and marks what another instance sent
+/// it (written here or refused, never sent on).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    /// The request's `Authorization` header.
+    pub authorization: Option<String>,
+    /// Sent by another instance (the `x-lance-context-forwarded` header).
+    pub forwarded: bool,
+}
+
+/// Write the rows of the buckets owned here, send the others' to their
+/// owners, all at once; every record is validated here first, so a batch
+/// the plugin refuses writes nothing anywhere.
+async fn routed_add(
+    store: &OpenStore,
+    membership: &Membership,
+    batch: &arrow_array::RecordBatch,
+    auth: Option<&str>,
+) -> Result<Added, ApiError> {
+    let prepared = store.named.prepare(batch).await?;
+    let owned: std::collections::BTreeSet<u32> = store.named.owned_buckets().into_iter().collect();
+    let Some(buckets) = prepared.buckets() else {
+        let outcome = store.named.add_prepared(&prepared, None).await?;
+        return Ok(Added {
+            added: outcome.rows,
+        });
+    };
+    let mut here = Vec::new();
+    let mut away: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    for (row, bucket) in buckets.iter().enumerate() {
+        match owned.contains(bucket) {
+            true => here.push(row as u32),
+            false => away.entry(*bucket).or_default().push(row as u32),
+        }
+    }
+    if away.is_empty() {
+        let outcome = store.named.add_prepared(&prepared, None).await?;
+        return Ok(Added {
+            added: outcome.rows,
+        });
+    }
+    // A bucket without a live owner refuses the request before any part
+    // of it is written.
+    membership.check_owners(store, away.keys().copied()).await?;
+    let local = async {
+        match here.is_empty() {
+            true => Ok(0),
+            false => store
+                .named
+                .add_prepared(&prepared, Some(&here))
+                .await
+                .map(|o| o.rows)
+                .map_err(|e| ApiError::from_error(&e)),
+        }
+    };
+    let sends = away.iter().map(|(bucket, rows)| async move {
+        let part = take_rows(batch, rows)?;
+        let arrow = lance_context_wire::encode(&[part])
+            .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("encoding rows: {e}")))?;
+        membership
+            .send_add(store, *bucket, arrow, auth)
+            .await
+            .map_err(|e| renumbered(e.into_error(), rows))
+    });
+    let (local, sent) = futures::join!(local, futures::future::join_all(sends));
+    let mut added = 0;
+    let mut failed = None;
+    for result in std::iter::once(local).chain(sent) {
+        match result {
+            Ok(n) => added += n,
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        None => Ok(Added { added }),
+        Some(mut e) => {
+            if added > 0 {
+                e.message = format!(
+                    "{} ({added} of the request's {} records were written by their owners; \
+                     sending the whole request again is safe: the newest write of a key wins)",
+                    e.message,
+                    batch.num_rows()
+                );
+                if let Value::Object(details) = &mut e.details {
+                    details.insert("written".into(), json!(added));
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Delete the keys of buckets owned here, send the others to their owners;
+/// what each key's delete did, in `keys`' order.
+async fn routed_delete(
+    store: &OpenStore,
+    membership: &Membership,
+    keys: &[&str],
+    auth: Option<&str>,
+) -> Result<Vec<bool>, ApiError> {
+    let Some(buckets) = store.named.buckets_of_keys(keys)? else {
+        return Ok(store.named.delete(keys).await?);
+    };
+    let owned: std::collections::BTreeSet<u32> = store.named.owned_buckets().into_iter().collect();
+    let mut here = Vec::new();
+    let mut away: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for (i, bucket) in buckets.iter().enumerate() {
+        match owned.contains(bucket) {
+            true => here.push(i),
+            false => away.entry(*bucket).or_default().push(i),
+        }
+    }
+    membership.check_owners(store, away.keys().copied()).await?;
+    let local = async {
+        if here.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ours: Vec<&str> = here.iter().map(|i| keys[*i]).collect();
+        store
+            .named
+            .delete(&ours)
+            .await
+            .map_err(|e| ApiError::from_error(&e))
+    };
+    let sends = away.iter().map(|(bucket, at)| async move {
+        let theirs = at.iter().map(|i| keys[*i].to_string()).collect();
+        membership
+            .send_delete(store, *bucket, theirs, auth)
+            .await
+            .map_err(|e| e.into_error())
+    });
+    let (local, sent) = futures::join!(local, futures::future::join_all(sends));
+    let mut done = vec![false; keys.len()];
+    for (i, d) in here.iter().zip(local?) {
+        done[*i] = d;
+    }
+    for ((_, at), result) in away.iter().zip(sent) {
+        for (i, d) in at.iter().zip(result?) {
+            done[*i] = d.deleted;
+        }
+    }
+    Ok(done)
+}
+
+/// Rows `rows` of `batch`.
+fn take_rows(
+    batch: &arrow_array::RecordBatch,
+    rows: &[u32],
+) -> Result<arrow_array::RecordBatch, ApiError> {
+    let indices = arrow_array::UInt32Array::from(rows.to_vec());
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("taking rows: {e}")))?;
+    arrow_array::RecordBatch::try_new(batch.schema(), columns)
+        .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("taking rows: {e}")))
+}
+
+/// An owner's error about the part it was sent: its record numbers made
+/// the request's (`rows[i]` is part row `i`).
+fn renumbered(mut e: ApiError, rows: &[u32]) -> ApiError {
+    let map = |v: &mut Value| {
+        if let Some(i) = v.as_u64()
+            && let Some(row) = rows.get(i as usize)
+        {
+            *v = json!(row);
+        }
+    };
+    if let Value::Object(details) = &mut e.details {
+        if let Some(v) = details.get_mut("record") {
+            map(v);
+        }
+        if let Some(Value::Array(errors)) = details.get_mut("row_errors") {
+            for error in errors {
+                if let Some(v) = error.get_mut("record") {
+                    map(v);
+                }
+            }
+        }
+    }
+    e
+}
 
 /// Largest page of a list, and most keys of one lookup or delete, unless
 /// the configuration says otherwise ([`super::EmbeddedConfig::max_page`]).
@@ -44,6 +233,17 @@ fn checked_columns(columns: &[String]) -> Result<(), ApiError> {
 
 impl Embedded {
     pub(super) async fn add_body(&self, name: &str, body: RecordsBody) -> Result<Added, ApiError> {
+        self.add_from(name, body, Origin::default()).await
+    }
+
+    /// An add as the server receives it: with scale-out peers, the rows of
+    /// buckets other instances own are sent to them (see `members`).
+    pub(crate) async fn add_from(
+        &self,
+        name: &str,
+        body: RecordsBody,
+        origin: Origin,
+    ) -> Result<Added, ApiError> {
         self.on_store(name, Access::Write, move |store| async move {
             let batch = match &body {
                 RecordsBody::JsonArray(bytes) => {
@@ -54,10 +254,18 @@ impl Embedded {
                 }
                 RecordsBody::Arrow(_) => arrow_batch(&store, body.into_bytes())?,
             };
-            let outcome = store.named.add(&batch).await?;
-            Ok(Added {
-                added: outcome.rows,
-            })
+            let membership = match origin.forwarded {
+                // Sent by another instance: written here or refused.
+                true => None,
+                false => store.membership.get().cloned(),
+            };
+            let Some(membership) = membership else {
+                let outcome = store.named.add(&batch).await?;
+                return Ok(Added {
+                    added: outcome.rows,
+                });
+            };
+            routed_add(&store, &membership, &batch, origin.authorization.as_deref()).await
         })
         .await
     }
@@ -133,6 +341,17 @@ impl Embedded {
         name: &str,
         keys: Vec<String>,
     ) -> Result<Vec<Deleted>, ApiError> {
+        self.delete_from(name, keys, Origin::default()).await
+    }
+
+    /// Deletes as the server receives them: with scale-out peers, the keys
+    /// of buckets other instances own are sent to them.
+    pub(crate) async fn delete_from(
+        &self,
+        name: &str,
+        keys: Vec<String>,
+        origin: Origin,
+    ) -> Result<Vec<Deleted>, ApiError> {
         let most = self.config.max_page;
         if keys.len() > most {
             return Err(ApiError::invalid(format!("at most {most} keys per delete")));
@@ -145,7 +364,22 @@ impl Embedded {
                 .map(String::as_str)
                 .filter(|k| first.insert(*k))
                 .collect();
-            let done = store.named.delete(&unique).await?;
+            let membership = match origin.forwarded {
+                true => None,
+                false => store.membership.get().cloned(),
+            };
+            let done = match membership {
+                Some(membership) if !unique.is_empty() => {
+                    routed_delete(
+                        &store,
+                        &membership,
+                        &unique,
+                        origin.authorization.as_deref(),
+                    )
+                    .await?
+                }
+                _ => store.named.delete(&unique).await?,
+            };
             let mut deleted: std::collections::HashMap<&str, bool> =
                 unique.into_iter().zip(done).collect();
             Ok(keys
@@ -160,15 +394,22 @@ impl Embedded {
     }
 
     pub(super) async fn delete_one(&self, name: &str, key: &str) -> Result<Deleted, ApiError> {
-        let key = key.to_string();
-        self.on_store(name, Access::Write, move |store| async move {
-            let done = store.named.delete(&[key.as_str()]).await?;
-            Ok(Deleted {
-                key,
-                deleted: done.first().copied().unwrap_or(false),
-            })
-        })
-        .await
+        self.delete_one_from(name, key, Origin::default()).await
+    }
+
+    /// One delete as the server receives it (routed as [`Self::delete_from`]).
+    pub(crate) async fn delete_one_from(
+        &self,
+        name: &str,
+        key: &str,
+        origin: Origin,
+    ) -> Result<Deleted, ApiError> {
+        let mut deleted = self
+            .delete_from(name, vec![key.to_string()], origin)
+            .await?;
+        deleted
+            .pop()
+            .ok_or_else(|| ApiError::of_kind(ErrorKind::Internal, "a delete answered nothing"))
     }
 
     pub(crate) async fn upsert_body(

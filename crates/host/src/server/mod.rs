@@ -73,6 +73,12 @@ pub struct ServerConfig {
     /// `None`: all. An add with a row of another bucket is refused with
     /// 409 `not_owner`, naming the bucket; reads see every bucket.
     pub owned_buckets: Option<Vec<u32>>,
+    /// Scale-out (`serve --advertise URL --instance NAME`): this server
+    /// publishes a membership record with each bucketed store and sends the
+    /// rows of other servers' buckets to their owners; it opens every store
+    /// at start. `None`: rows of buckets not owned are refused (409
+    /// `not_owner`). See docs/operations.md.
+    pub peers: Option<crate::PeerConfig>,
 }
 
 impl ServerConfig {
@@ -95,6 +101,7 @@ impl ServerConfig {
             max_connections: 1024,
             allowed_uri_prefixes: Vec::new(),
             owned_buckets: None,
+            peers: None,
         }
     }
 
@@ -117,6 +124,9 @@ pub enum ServerError {
         "refusing to listen on {0} without tokens: give --tokens FILE (or LANCE_CONTEXT_TOKENS), or listen on 127.0.0.1"
     )]
     Unprotected(SocketAddr),
+    /// The advertised address cannot be one.
+    #[error("{0}")]
+    Advertise(String),
     /// The registry could not be opened.
     #[error(transparent)]
     Registry(#[from] RegistryError),
@@ -132,7 +142,7 @@ impl ServerError {
     /// The kind (an unprotected address is invalid input).
     pub fn kind(&self) -> crate::ErrorKind {
         match self {
-            Self::Unprotected(_) => crate::ErrorKind::InvalidInput,
+            Self::Unprotected(_) | Self::Advertise(_) => crate::ErrorKind::InvalidInput,
             Self::Registry(e) => e.kind(),
             Self::Plugin(e) => e.kind(),
             Self::Io(_) => crate::ErrorKind::Storage,
@@ -146,6 +156,8 @@ impl ServerError {
 pub(crate) struct AppState {
     pub api: Embedded,
     pub config: ServerConfig,
+    /// The stores opened at start (scale-out) are open: `/ready` answers 200.
+    pub opened: std::sync::atomic::AtomicBool,
 }
 
 /// A bound server, not yet serving.
@@ -172,6 +184,19 @@ impl Server {
             lance_context_store::CanonicalLocation::of(prefix).map_err(RegistryError::from)?;
         }
         let listener = tokio::net::TcpListener::bind(config.addr).await?;
+        let mut config = config;
+        if let Some(peers) = &mut config.peers
+            && peers.address == crate::api::members::AUTO_ADDRESS
+        {
+            let bound = listener.local_addr()?;
+            if bound.ip().is_unspecified() {
+                return Err(ServerError::Advertise(format!(
+                    "--advertise auto: the server listens on {bound}, which no other instance can reach; give --advertise http://HOST:{}",
+                    bound.port()
+                )));
+            }
+            peers.address = format!("http://{bound}");
+        }
         let api = Embedded::new(
             registry,
             EmbeddedConfig {
@@ -186,11 +211,16 @@ impl Server {
                 trusted_filters: false,
                 max_page: crate::MAX_PAGE,
                 owned_buckets: config.owned_buckets.clone(),
+                peers: config.peers.clone(),
             },
         );
         Ok(Self {
             listener,
-            state: Arc::new(AppState { api, config }),
+            state: Arc::new(AppState {
+                api,
+                config,
+                opened: std::sync::atomic::AtomicBool::new(false),
+            }),
         })
     }
 
@@ -227,6 +257,42 @@ impl Server {
                     .saturating_add(Duration::from_secs(5)),
             ),
         };
+        // A scale-out instance claims its buckets and publishes where it
+        // is before any request names a store (`/ready` says when).
+        // Then again every third of the lease: a store created through
+        // another instance is opened here too (its buckets claimed, its
+        // record published) without waiting for a request to name it.
+        let opening = CancellationToken::new();
+        let mut opener = None;
+        if let Some(peers) = &config.peers {
+            let state = state.clone();
+            let every = peers.lease / 3;
+            let stop = opening.clone();
+            opener = Some(tokio::spawn(async move {
+                let mut failed = std::collections::HashSet::new();
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = state.api.open_all(&mut failed) => {}
+                }
+                state
+                    .opened
+                    .store(true, std::sync::atomic::Ordering::Release);
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = state.api.open_all(&mut failed) => {}
+                    }
+                }
+            }));
+        } else {
+            state
+                .opened
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         let signal = CancellationToken::new();
         let signalled = signal.clone();
         tokio::spawn(async move {
@@ -234,6 +300,12 @@ impl Server {
             signalled.cancel();
         });
         connections::serve(self.listener, app, limits, signal).await;
+        // No store is opened after this (an open under way is a task the
+        // shutdown below waits for).
+        opening.cancel();
+        if let Some(opener) = opener {
+            let _ = opener.await;
+        }
         // The store operations requests started run to their end; then
         // every store is closed.
         state

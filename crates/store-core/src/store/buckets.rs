@@ -217,7 +217,7 @@ impl Buckets {
     }
 
     /// The bucket of each row of `batch` (which has the key column).
-    fn buckets_of(&self, batch: &RecordBatch) -> Result<Vec<u32>> {
+    pub(crate) fn buckets_of(&self, batch: &RecordBatch) -> Result<Vec<u32>> {
         let evaluated =
             evaluate_sharding_spec_with_source_columns(batch, &self.spec, &self.sources)
                 .ctx("routing rows to buckets")?;

@@ -285,8 +285,14 @@ async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[utoipa::path(get, path = "/ready", tag = "health", security(()), responses((status = 200, description = "the registry is readable", body = Object), (status = 500, description = "it is not", body = ErrorBody)))]
+#[utoipa::path(get, path = "/ready", tag = "health", security(()), responses((status = 200, description = "the registry is readable (and, with --advertise, every store was opened once)", body = Object), (status = 500, description = "it is not", body = ErrorBody), (status = 503, description = "a scale-out instance still opening its stores", body = ErrorBody)))]
 async fn ready(State(state): State<Shared>) -> Result<Json<Value>, ApiError> {
+    if !state.opened.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(ApiError::of_kind(
+            ErrorKind::Unavailable,
+            "opening the stores (claiming this instance's buckets)",
+        ));
+    }
     let stores = state.api.registry().list()?.len();
     Ok(Json(json!({"status": "ready", "stores": stores})))
 }

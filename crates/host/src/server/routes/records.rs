@@ -22,6 +22,18 @@ use crate::server::error::{ApiError, status};
 #[allow(dead_code)] // a schema only: bodies are read as bytes
 pub(super) struct ArrowStream(Vec<u8>);
 
+/// Where a write came from: the caller's credentials (passed on to the
+/// owners of other buckets) and whether another instance sent it.
+fn origin(headers: &HeaderMap) -> crate::api::Origin {
+    crate::api::Origin {
+        authorization: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        forwarded: headers.contains_key(crate::FORWARDED_HEADER),
+    }
+}
+
 /// The media type, lower case (media types are case-insensitive).
 fn content_type(headers: &HeaderMap) -> String {
     headers
@@ -62,7 +74,10 @@ pub(super) async fn add_records(
         }
     };
     let bytes = read_body(&state, body).await?;
-    let added = state.api.add_records(&name, form(bytes.to_vec())).await?;
+    let added = state
+        .api
+        .add_from(&name, form(bytes.to_vec()), origin(&headers))
+        .await?;
     Ok((StatusCode::CREATED, Json(added)).into_response())
 }
 
@@ -128,8 +143,10 @@ pub(super) async fn delete_records(
 ) -> Result<Json<DeletedMany>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
     let request: DeleteMany = json_body(&state, body).await?;
-    let keys: Vec<&str> = request.keys.iter().map(String::as_str).collect();
-    let deleted = state.api.delete_many(&name, &keys).await?;
+    let deleted = state
+        .api
+        .delete_from(&name, request.keys, origin(&headers))
+        .await?;
     Ok(Json(DeletedMany { deleted }))
 }
 
@@ -140,7 +157,12 @@ pub(super) async fn delete_record(
     Path((name, key)): Path<(String, String)>,
 ) -> Result<Json<Deleted>, ApiError> {
     authorize(&state.config.tokens, &headers, Some(&name), Role::Write)?;
-    Ok(Json(state.api.delete(&name, &key).await?))
+    Ok(Json(
+        state
+            .api
+            .delete_one_from(&name, &key, origin(&headers))
+            .await?,
+    ))
 }
 
 #[utoipa::path(post, path = "/api/v1/stores/{name}/upsert", tag = "records", params(("name" = String, Path, description = "the store"), UpsertParams), request_body(content = Vec<Object>, description = "records to insert or supersede by the secondary key"), responses((status = 200, body = UpsertResult), (status = 422, description = "rejected by the plugin", body = ErrorBody), (status = 502, description = "the plugin failed", body = ErrorBody)))]
