@@ -11,9 +11,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# rust-toolchain.toml names the toolchain and the wasm target: rustup
-# installs them on the first cargo call.
-RUN cargo build --release --locked -p lance-context-cli --bin lance-context \
+# rust-toolchain.toml names the toolchain (the image's own, 1.95.0) and
+# the wasm target the plugins build for; rustup does not add a target to
+# a toolchain already installed, so it is added here.
+RUN rustup target add wasm32-wasip2 \
+ && cargo build --release --locked -p lance-context-cli --bin lance-context \
  && cp target/release/lance-context /usr/local/bin/lance-context
 
 FROM debian:bookworm-slim

@@ -365,6 +365,70 @@ async fn instances_publish_membership_records_with_the_store() {
         .unwrap();
     assert_eq!(page.len(), 20);
     assert!(page.iter().all(|r| r["v"] == 1));
+
+    // A record that is not what it says (its instance is not its file's
+    // name) is never routed to: b's rows of a's bucket still reach a.
+    std::fs::write(
+        members.join("mallory.json"),
+        serde_json::to_vec(&json!({"format": 1, "instance": "a",
+            "address": "http://127.0.0.1:9", "buckets_total": 2,
+            "buckets": [{"bucket": 0, "epoch": u64::MAX}],
+            "renewed_at_ms": record_a["renewed_at_ms"], "lease_ms": 3_600_000}))
+        .unwrap(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let records: Vec<Value> = (0..20)
+        .map(|k| json!({"id": format!("k{k}"), "v": 2}))
+        .collect();
+    assert_eq!(b.client().add("events", &records).await.unwrap().added, 20);
+
+    // A record the engine refuses (a key over 1,024 bytes), in either
+    // bucket: the request is refused whole, the record named, nothing
+    // written anywhere.
+    let before = b
+        .client()
+        .count("events", &Default::default())
+        .await
+        .unwrap()
+        .count;
+    let mut records: Vec<Value> = (0..20)
+        .map(|k| json!({"id": format!("m{k}"), "v": 3}))
+        .collect();
+    records[13]["id"] = json!("x".repeat(2_000));
+    match b.client().add("events", &records).await {
+        Err(ClientError::Api { status: 400, error }) => {
+            assert_eq!(error.details["record"], 13, "{error:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let after = b
+        .client()
+        .count("events", &Default::default())
+        .await
+        .unwrap()
+        .count;
+    assert_eq!(before, after, "a refused request wrote part of itself");
+
+    // A store without buckets is not opened by the instances on their own
+    // (its one writer would move between them): a, which created it, keeps
+    // writing it after b's rounds.
+    let plain = json!({"name": "plain", "key": "id", "columns": [
+        {"name": "id", "type": "Utf8", "nullable": false}]});
+    a.client()
+        .create_store(&CreateStore::spec("plain", plain))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        a.client()
+            .add("plain", &[json!({"id": "p1"})])
+            .await
+            .unwrap()
+            .added,
+        1
+    );
+
     // A stopped instance leaves: its record is deleted.
     assert!(b.terminate().success());
     assert!(read("b").is_none(), "a stopped instance's record stays");
@@ -448,7 +512,19 @@ async fn notes_are_replaced_only_over_the_version_expected() {
         .write_note_if("members/y.json", b"4", None)
         .await
         .unwrap();
-    let notes = on_s3.list_notes("members").await.unwrap();
+    // Not listed: a file of another name, one over the size given.
+    on_s3
+        .write_note_if("members/z.txt", b"5", None)
+        .await
+        .unwrap();
+    on_s3
+        .write_note_if("members/big.json", &[b'x'; 2048], None)
+        .await
+        .unwrap();
+    let notes = on_s3
+        .list_notes("members", ".json", 1 << 10, 100)
+        .await
+        .unwrap();
     assert_eq!(
         notes,
         vec![
@@ -458,7 +534,14 @@ async fn notes_are_replaced_only_over_the_version_expected() {
     );
     on_s3.remove_note("members/x.json").await.unwrap();
     on_s3.remove_note("members/x.json").await.unwrap();
-    assert_eq!(on_s3.list_notes("members").await.unwrap().len(), 1);
+    assert_eq!(
+        on_s3
+            .list_notes("members", ".json", 1 << 10, 100)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     on_s3.close().await.unwrap();
 
     let (_dir, uri) = crate::support::temp_uri();
@@ -478,7 +561,11 @@ async fn notes_are_replaced_only_over_the_version_expected() {
         NoteWrite::Unconditional(_)
     ));
     assert_eq!(
-        local.list_notes("members").await.unwrap()[0].1,
+        local
+            .list_notes("members", ".json", 1 << 10, 100)
+            .await
+            .unwrap()[0]
+            .1,
         b"2".to_vec()
     );
     local.close().await.unwrap();

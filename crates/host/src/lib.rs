@@ -28,7 +28,9 @@ mod reports;
 pub mod search;
 mod server;
 
-pub use api::members::{FORWARDED_HEADER, MemberBucket, MemberRecord, PeerConfig, owners};
+pub use api::members::{
+    FORWARDED_HEADER, MemberBucket, MemberRecord, NOW_HEADER, PeerConfig, owners,
+};
 pub use api::{Embedded, EmbeddedConfig, MAX_PAGE, Residency};
 pub use kind::{ErrorKind, error_kind};
 pub use lance_context_spec as spec;

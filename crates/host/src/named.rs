@@ -137,8 +137,23 @@ impl NamedStore {
     /// Add records: the plugin validates (and may transform) them, then the
     /// engine writes them — durable and visible on return.
     pub async fn add(&self, batch: &RecordBatch) -> Result<AddOutcome, PipelineError> {
-        let ready = pipeline::prepare(&self.plugin, batch, crate::now_micros()).await?;
+        self.add_at(batch, crate::now_micros()).await
+    }
+
+    /// [`Self::add`], the plugin's defaults taking the time `now_micros`
+    /// (rows another instance sent: its time).
+    pub async fn add_at(
+        &self,
+        batch: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<AddOutcome, PipelineError> {
+        let ready = pipeline::prepare(&self.plugin, batch, now_micros).await?;
         Ok(self.store.add(&ready).await?)
+    }
+
+    /// The checks a delete makes of its keys, without deleting.
+    pub fn check_keys(&self, ids: &[&str]) -> Result<(), lance_context_store::Error> {
+        self.store.check_keys(ids)
     }
 
     /// The plugin's part of an add alone (validate, transform), and the
@@ -146,8 +161,21 @@ impl NamedStore {
     /// here: what [`Self::add_prepared`] writes, whole or in part. A store
     /// with scale-out peers writes the rows of its own buckets and sends
     /// the others' input rows to their owners (`crate::members`).
-    pub async fn prepare(&self, batch: &RecordBatch) -> Result<Prepared, PipelineError> {
-        let ready = pipeline::prepare(&self.plugin, batch, crate::now_micros()).await?;
+    ///
+    /// `now_micros`: the time the plugin's defaults take (the receiving
+    /// instance's, passed on with rows sent to their owners, so one request
+    /// has one time). The engine's checks of the whole batch run here too
+    /// (keys, vectors), so a batch split between instances is refused whole
+    /// before any part is written.
+    pub async fn prepare(
+        &self,
+        batch: &RecordBatch,
+        now_micros: i64,
+    ) -> Result<Prepared, PipelineError> {
+        let ready = pipeline::prepare(&self.plugin, batch, now_micros).await?;
+        if self.store.bucket_count().is_some() {
+            self.store.check_batch(&ready)?;
+        }
         let buckets = match self.store.bucket_count() {
             Some(_) if ready.num_rows() == batch.num_rows() => {
                 let keys = ready
@@ -207,8 +235,8 @@ impl NamedStore {
     }
 
     /// Each owned bucket and the epoch its shard is held at.
-    pub async fn bucket_epochs(&self) -> Vec<(u32, Option<u64>)> {
-        self.store.bucket_epochs().await
+    pub fn bucket_epochs(&self) -> Vec<(u32, Option<u64>)> {
+        self.store.bucket_epochs()
     }
 
     /// The engine handle's notes (`_lance_context/…` kept with the data):

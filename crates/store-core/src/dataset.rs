@@ -33,7 +33,7 @@ pub enum NoteWrite {
     /// Written (over the expected version, when one was given).
     Written(NoteVersion),
     /// Not written: the note is not the version expected (someone else
-    /// wrote it, or deleted it).
+    /// wrote it since; a note deleted since is written afresh).
     Conflict,
     /// Written over whatever was there: the object store cannot replace
     /// conditionally (a local directory).
@@ -269,9 +269,13 @@ impl Opener {
             Ok(r) => Ok(NoteWrite::Written(written(r))),
             Err(
                 object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. }
-                | object_store::Error::NotFound { .. },
+                | object_store::Error::AlreadyExists { .. },
             ) => Ok(NoteWrite::Conflict),
+            // Deleted since (by a peer clearing expired records): written
+            // afresh.
+            Err(object_store::Error::NotFound { .. }) => Ok(NoteWrite::Written(written(
+                plain(store, path, payload).await?,
+            ))),
             Err(object_store::Error::NotImplemented { .. })
             | Err(object_store::Error::NotSupported { .. }) => Ok(NoteWrite::Unconditional(
                 written(plain(store, path, payload).await?),
@@ -280,36 +284,53 @@ impl Opener {
         }
     }
 
-    /// Every note under `_lance_context/<dir>/`: its file name and bytes
-    /// (a note deleted while listed is left out).
-    pub async fn list_notes(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        use futures::TryStreamExt as _;
+    /// The notes under `_lance_context/<dir>/` whose file name ends with
+    /// `suffix` and that are at most `max_bytes` long, at most `max_notes`
+    /// of them (the first by name): file name and bytes, sorted by name; a
+    /// note deleted while listed is left out. Read several at a time.
+    pub async fn list_notes(
+        &self,
+        dir: &str,
+        suffix: &str,
+        max_bytes: u64,
+        max_notes: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        use futures::{StreamExt as _, TryStreamExt as _};
         use object_store::ObjectStoreExt as _;
         let (store, base) = self.object_store().await?;
         let prefix = Self::note_path(&base, dir);
-        let listed: Vec<object_store::ObjectMeta> = store
+        let mut listed: Vec<(String, object_store::path::Path)> = store
             .inner
             .list(Some(&prefix))
+            .try_filter_map(|meta| async move {
+                let file = meta.location.filename().map(str::to_string);
+                Ok(file
+                    .filter(|f| f.ends_with(suffix) && meta.size <= max_bytes)
+                    .map(|f| (f, meta.location)))
+            })
             .try_collect()
             .await
             .map_err(|e| Error::from_lance(format!("listing {dir}"), None, e.into()))?;
-        let mut notes = Vec::with_capacity(listed.len());
-        for meta in listed {
-            let Some(file) = meta.location.filename().map(str::to_string) else {
-                continue;
-            };
-            match store.inner.get(&meta.location).await {
-                Ok(got) => match got.bytes().await {
-                    Ok(bytes) => notes.push((file, bytes.to_vec())),
-                    Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => {
-                        return Err(Error::from_lance(format!("reading {file}"), None, e.into()));
-                    }
-                },
-                Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(Error::from_lance(format!("reading {file}"), None, e.into())),
-            }
-        }
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        listed.truncate(max_notes);
+        let store = &store;
+        let read = futures::stream::iter(listed)
+            .map(|(file, location)| async move {
+                let got = match store.inner.get(&location).await {
+                    Ok(got) => got.bytes().await,
+                    Err(e) => Err(e),
+                };
+                match got {
+                    // Grown since it was listed: left out like a larger one.
+                    Ok(bytes) if bytes.len() as u64 > max_bytes => Ok(None),
+                    Ok(bytes) => Ok(Some((file, bytes.to_vec()))),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(Error::from_lance(format!("reading {file}"), None, e.into())),
+                }
+            })
+            .buffer_unordered(16)
+            .try_filter_map(|note| async move { Ok(note) });
+        let mut notes: Vec<(String, Vec<u8>)> = read.try_collect().await?;
         notes.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(notes)
     }

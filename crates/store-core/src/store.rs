@@ -323,6 +323,18 @@ impl Store {
             .await
     }
 
+    /// The bucket count of the store at `config.uri` (by its key column,
+    /// `config.key_column`), read from its MemWAL index; `None`: not
+    /// bucketed. Opens nothing for writing.
+    pub async fn bucket_count_at(config: &StoreConfig) -> Result<Option<u32>> {
+        let dataset = Opener::new(&config.uri, &config.storage_options)
+            .open()
+            .await?;
+        Ok(buckets::sharding_of(&dataset, &config.key_column)
+            .await?
+            .map(|(_, count)| count))
+    }
+
     /// Keys the base table of the dataset at `config.uri` holds more than
     /// once (at most `limit` of them, sorted) — a dataset written by plain
     /// Lance, where nothing kept keys unique, before it is served keyed.
@@ -547,10 +559,25 @@ impl Store {
             .await
     }
 
-    /// This store's notes under `_lance_context/<dir>/` (file name, bytes),
+    /// This store's notes under `_lance_context/<dir>/` named `*<suffix>`,
+    /// at most `max_bytes` each and `max_notes` in all (file name, bytes),
     /// sorted by name.
-    pub async fn list_notes(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.engine.opener.list_notes(dir).await
+    pub async fn list_notes(
+        &self,
+        dir: &str,
+        suffix: &str,
+        max_bytes: u64,
+        max_notes: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        self.engine
+            .opener
+            .list_notes(dir, suffix, max_bytes, max_notes)
+            .await
+    }
+
+    /// This store's note `name`, or `None`.
+    pub async fn read_own_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.engine.opener.read_note(name).await
     }
 
     /// Delete this store's note `name` (absent: fine).
@@ -613,20 +640,43 @@ impl Store {
     }
 
     /// Each owned bucket and the epoch its shard is held at (`None` for a
-    /// writer closed or lost meanwhile).
-    pub async fn bucket_epochs(&self) -> Vec<(u32, Option<u64>)> {
+    /// writer closed meanwhile; during a claim, the epoch seen last).
+    pub fn bucket_epochs(&self) -> Vec<(u32, Option<u64>)> {
         let Some(buckets) = &self.buckets else {
             return Vec::new();
         };
         let mut epochs = Vec::with_capacity(buckets.owned.len());
         for (bucket, store) in &buckets.owned {
             let epoch = match store.engine.writer() {
-                Ok(writer) => writer.epoch().await,
+                Ok(writer) => writer.epoch(),
                 Err(_) => None,
             };
             epochs.push((*bucket, epoch));
         }
         epochs
+    }
+
+    /// The checks [`Store::add`] makes of a batch before it writes (the
+    /// schema, keys, vectors), without writing: a caller splitting one
+    /// request between instances refuses it whole first.
+    pub fn check_batch(&self, batch: &RecordBatch) -> Result<()> {
+        let conformed = self.schemas.conform_for_write(batch)?;
+        self.check_input(&conformed)
+    }
+
+    /// The checks [`Store::delete`] makes of its keys (some, none empty,
+    /// none too long), without deleting.
+    pub fn check_keys(&self, ids: &[&str]) -> Result<()> {
+        if ids.is_empty() {
+            return Err(Error::batch(crate::error::BatchProblem::EmptyBatch));
+        }
+        if let Some(row) = ids.iter().position(|id| id.is_empty()) {
+            return Err(Error::batch(crate::error::BatchProblem::EmptyKey {
+                column: self.schemas.key.clone(),
+                row,
+            }));
+        }
+        input::check_key_lengths(&self.schemas.key, ids)
     }
 
     /// Add rows. When this returns `Ok`, the rows are durable (in the shard's WAL
@@ -749,16 +799,7 @@ impl Store {
             self.engine.writer()?;
             self.engine.check_backpressure().await?;
         }
-        if ids.is_empty() {
-            return Err(Error::batch(crate::error::BatchProblem::EmptyBatch));
-        }
-        if let Some(row) = ids.iter().position(|id| id.is_empty()) {
-            return Err(Error::batch(crate::error::BatchProblem::EmptyKey {
-                column: self.schemas.key.clone(),
-                row,
-            }));
-        }
-        input::check_key_lengths(&self.schemas.key, ids)?;
+        self.check_keys(ids)?;
         let key_field = self
             .schemas
             .stored

@@ -152,6 +152,8 @@ pub(crate) struct Writer {
     recovering: Mutex<()>,
     /// Tickets handed to adds whose put has returned.
     tickets: AtomicU64,
+    /// The epoch [`Writer::epoch`] saw last (0: none).
+    last_epoch: AtomicU64,
     /// The highest ticket known visible (all puts up to it are in a generation).
     visible: Mutex<u64>,
     /// Held shared by every put until it returns, exclusively by every
@@ -280,6 +282,7 @@ impl Writer {
             attempts: AtomicU64::new(1),
             recovering: Mutex::new(()),
             tickets: AtomicU64::new(0),
+            last_epoch: AtomicU64::new(0),
             visible: Mutex::new(0),
             gate: Arc::new(RwLock::new(())),
             #[cfg(feature = "failpoints")]
@@ -343,9 +346,18 @@ impl Writer {
         }
     }
 
-    /// The epoch this writer holds its shard at (`None` once closed).
-    pub(crate) async fn epoch(&self) -> Option<u64> {
-        self.inner.read().await.as_ref().map(|w| w.epoch())
+    /// The epoch this writer holds its shard at (`None` once closed). While
+    /// a claim is under way (the writer being replaced, its WAL replayed),
+    /// the epoch seen last: this never waits for a claim.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        match self.inner.try_read() {
+            Ok(inner) => {
+                let epoch = inner.as_ref().map(|w| w.epoch());
+                self.last_epoch.store(epoch.unwrap_or(0), Ordering::Relaxed);
+                epoch
+            }
+            Err(_) => Some(self.last_epoch.load(Ordering::Relaxed)).filter(|e| *e > 0),
+        }
     }
 
     /// `Err(Fenced)` once the writer lost its shard to a peer (until

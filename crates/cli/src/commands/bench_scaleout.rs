@@ -176,6 +176,7 @@ struct Figures {
     get_p50: Duration,
     get_p99: Duration,
     requests_per_add: f64,
+    requests_per_get: f64,
 }
 
 async fn one(
@@ -245,6 +246,7 @@ async fn one(
 
     // Gets of keys written, spread over the instances.
     let written = args.adds * args.batch;
+    let before = s3_requests(log)?;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..args.clients {
@@ -269,6 +271,7 @@ async fn one(
         get_latencies.extend(done??);
     }
     let get_wall = started.elapsed();
+    let get_requests = s3_requests(log)? - before;
     drop(procs);
     Ok(Figures {
         instances: n,
@@ -278,6 +281,7 @@ async fn one(
         get_p50: pct(&mut get_latencies, 0.5),
         get_p99: pct(&mut get_latencies, 0.99),
         requests_per_add: requests as f64 / args.adds.max(1) as f64,
+        requests_per_get: get_requests as f64 / args.gets.max(1) as f64,
     })
 }
 
@@ -328,7 +332,7 @@ pub async fn run(args: ScaleoutBenchArgs) -> Result<()> {
             .map(|b| format!("{:.2}", f.rows_per_s / (b * f.instances as f64)))
             .unwrap_or_else(|| "-".into());
         println!(
-            "{:>9} {:>12.0} {:>8.1}ms {:>11} {:>9.0} {:>7.2}ms {:>7.2}ms {:>14.1}",
+            "{:>9} {:>12.0} {:>8.1}ms {:>11} {:>9.0} {:>7.2}ms {:>7.2}ms {:>12.1} {:>12.1}",
             f.instances,
             f.rows_per_s,
             f.add_p50.as_secs_f64() * 1e3,
@@ -336,11 +340,12 @@ pub async fn run(args: ScaleoutBenchArgs) -> Result<()> {
             f.gets_per_s,
             f.get_p50.as_secs_f64() * 1e3,
             f.get_p99.as_secs_f64() * 1e3,
-            f.requests_per_add
+            f.requests_per_add,
+            f.requests_per_get
         );
     }
     println!(
-        "efficiency: add rows/s at N instances / (N x rows/s at 1); every process (instances, S3 server, clients) shares this machine's cores"
+        "efficiency: add rows/s at N instances / (N x rows/s at 1); S3 requests counted from the S3 server's log over each phase (background merges included); every process (instances, S3 server, clients) shares this machine's cores"
     );
     Ok(())
 }

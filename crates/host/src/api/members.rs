@@ -43,6 +43,27 @@ pub const FORWARDED_HEADER: &str = "x-lance-context-forwarded";
 /// `--advertise auto`: the server's own listening address.
 pub const AUTO_ADDRESS: &str = "auto";
 
+/// The header carrying the sending instance's time (microseconds since the
+/// Unix epoch) with rows it sends: the owner's plugin takes it for its
+/// defaults, so one request has one time.
+pub const NOW_HEADER: &str = "x-lance-context-now";
+
+/// How far the sender's time may be from the receiver's to be taken.
+pub(crate) const NOW_SKEW_MICROS: i64 = 10 * 60 * 1_000_000;
+
+/// Records larger than this are not read (a record is a few hundred bytes).
+const MAX_RECORD_BYTES: u64 = 64 << 10;
+/// Records read at most (instances of one store).
+const MAX_RECORDS: usize = 1024;
+/// Longest lease a record may claim.
+const MAX_LEASE_MS: u64 = 3_600_000;
+/// A record whose lease ran out this many leases ago is deleted by the
+/// instance that reads it (an instance gone for good: a pod renamed, a
+/// host replaced).
+const EXPIRED_LEASES: u64 = 20;
+/// Largest answer read from a peer.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// How an instance takes part in scale-out (`serve --advertise`).
 #[derive(Debug, Clone)]
 pub struct PeerConfig {
@@ -122,8 +143,24 @@ pub struct MemberBucket {
 }
 
 impl MemberRecord {
+    /// Renewed within its lease at `now_ms`, and not renewed in the future
+    /// (beyond a minute of clock skew: such a record would never expire).
     fn live_at(&self, now_ms: u64) -> bool {
         self.renewed_at_ms.saturating_add(self.lease_ms) >= now_ms
+            && self.renewed_at_ms <= now_ms.saturating_add(60_000)
+    }
+
+    /// A record as written by an instance of this build, kept in the file
+    /// its instance name gives: anything else is not routed to.
+    fn well_formed(&self, file: &str) -> bool {
+        self.format == 1
+            && file.strip_suffix(".json") == Some(self.instance.as_str())
+            && PeerConfig::new(&self.instance, &self.address, Duration::from_secs(1)).is_ok()
+            && self.address != AUTO_ADDRESS
+            && (1..=MAX_LEASE_MS).contains(&self.lease_ms)
+            && (1..=1024).contains(&self.buckets_total)
+            && self.buckets.len() <= self.buckets_total as usize
+            && self.buckets.iter().all(|b| b.bucket < self.buckets_total)
     }
 }
 
@@ -233,15 +270,33 @@ impl Membership {
         {
             return Ok(records.clone());
         }
-        let notes = store.named.engine().list_notes(DIR).await.map_err(|e| {
-            ApiError::from_error(&e).with_details(json!({"reading": "membership records"}))
-        })?;
-        let records: Vec<MemberRecord> = notes
-            .into_iter()
-            .filter(|(file, _)| file.ends_with(".json"))
-            .filter_map(|(_, bytes)| serde_json::from_slice(&bytes).ok())
-            .filter(|r: &MemberRecord| r.format == 1)
-            .collect();
+        let engine = store.named.engine();
+        let notes = engine
+            .list_notes(DIR, ".json", MAX_RECORD_BYTES, MAX_RECORDS)
+            .await
+            .map_err(|e| {
+                ApiError::from_error(&e).with_details(json!({"reading": "membership records"}))
+            })?;
+        let now = now_ms();
+        let mut records = Vec::with_capacity(notes.len());
+        for (file, bytes) in notes {
+            // Another build's or a hand-made file: not routed to.
+            let Ok(record) = serde_json::from_slice::<MemberRecord>(&bytes) else {
+                continue;
+            };
+            if !record.well_formed(&file) {
+                continue;
+            }
+            let gone_since = record
+                .renewed_at_ms
+                .saturating_add(record.lease_ms.saturating_mul(EXPIRED_LEASES));
+            if gone_since < now && record.instance != self.config.instance {
+                // Best effort: a live instance writes its record afresh.
+                let _ = engine.remove_note(&record_name(&record.instance)).await;
+                continue;
+            }
+            records.push(record);
+        }
         *seen = Some((tokio::time::Instant::now(), records.clone()));
         Ok(records)
     }
@@ -283,6 +338,7 @@ impl Membership {
         bucket: u32,
         arrow: Vec<u8>,
         auth: Option<&str>,
+        now_micros: i64,
     ) -> Result<usize, Sent> {
         let mut fresh = false;
         loop {
@@ -298,6 +354,7 @@ impl Membership {
             let request = self
                 .request(self.http.post(&url), auth)
                 .header("content-type", "application/vnd.apache.arrow.stream")
+                .header(NOW_HEADER, now_micros.to_string())
                 .body(arrow.clone());
             match self.answer::<Added>(request, &owner, bucket).await {
                 Err(Sent::Unreached(_)) | Err(Sent::Moved(_)) if !fresh => fresh = true,
@@ -374,14 +431,10 @@ impl Membership {
             }
         };
         let code = response.status().as_u16();
-        let bytes = response.bytes().await.map_err(|e| {
+        let bytes = bounded(response).await.map_err(|message| {
             Sent::Unreached(about(
-                ApiError::new(
-                    status::SERVICE_UNAVAILABLE,
-                    "owner_unavailable",
-                    format!("the answer was cut: {e}"),
-                )
-                .with_details(owner_details(owner, bucket)),
+                ApiError::new(status::SERVICE_UNAVAILABLE, "owner_unavailable", message)
+                    .with_details(owner_details(owner, bucket)),
             ))
         })?;
         if (200..300).contains(&code) {
@@ -416,6 +469,23 @@ impl Membership {
             return Err(Sent::Moved(about(error)));
         }
         Err(Sent::There(about(error)))
+    }
+}
+
+/// A peer's answer, at most [`MAX_ANSWER_BYTES`].
+async fn bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(format!("its answer is over {} MiB", MAX_ANSWER_BYTES >> 20));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(format!("the answer was cut: {e}")),
+        }
     }
 }
 
@@ -470,7 +540,6 @@ async fn publish(
     let held = store
         .named
         .bucket_epochs()
-        .await
         .into_iter()
         .filter_map(|(bucket, epoch)| epoch.map(|epoch| MemberBucket { bucket, epoch }))
         .collect();
@@ -496,6 +565,16 @@ async fn publish(
             true
         }
         Ok(NoteWrite::Conflict) => {
+            // Our own write, retried by the object store's client after it
+            // landed, reads back as what we wrote: go on (the next renewal
+            // replaces it plainly, then conditionally again).
+            let back = store.named.engine().read_own_note(&name).await;
+            if let Ok(Some(bytes)) = back
+                && bytes == serde_json::to_vec(&record).unwrap_or_default()
+            {
+                *version = None;
+                return true;
+            }
             tracing::error!(
                 store = store.named.name(),
                 instance = %config.instance,

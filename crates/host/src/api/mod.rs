@@ -79,8 +79,18 @@ pub struct EmbeddedConfig {
     /// published with each bucketed store it serves, and used to send the
     /// rows of other instances' buckets to their owners (see
     /// docs/operations.md). `None`: rows of buckets not owned are refused
-    /// (`not_owner`).
+    /// (`not_owner`). Only with [`Residency::Resident`] (a store opened per
+    /// call has no membership: rows of other buckets are refused).
     pub peers: Option<members::PeerConfig>,
+}
+
+/// What [`Embedded::open_bucketed`] remembers between rounds.
+#[derive(Debug, Default)]
+pub(crate) struct OpenRounds {
+    /// Stores whose failure to open was logged.
+    warned: std::collections::HashSet<String>,
+    /// Stores without buckets, by name, with their creation time.
+    unbucketed: HashMap<String, String>,
 }
 
 /// Join a bucketed store's membership (scale-out peers configured).
@@ -282,10 +292,15 @@ impl Embedded {
                 // send lasts at most as long as a request may.
                 reqwest::Client::builder()
                     .no_proxy()
+                    // A peer answers; it does not send the caller's token on.
+                    .redirect(reqwest::redirect::Policy::none())
                     .connect_timeout(Duration::from_secs(5))
                     .timeout(config.deadline.unwrap_or(Duration::from_secs(300)))
                     .build()
-                    .unwrap_or_default()
+                    .unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "building the peers' HTTP client; using the defaults");
+                        reqwest::Client::default()
+                    })
             }),
             config,
             tasks: TaskTracker::new(),
@@ -334,32 +349,61 @@ impl Embedded {
         Some((self.config.peers.clone()?, self.http.clone()?))
     }
 
-    /// Open every registered store not open yet (claiming the buckets this
-    /// instance owns and publishing its membership records), as the first
-    /// operation on each would: a scale-out instance is reachable for its
-    /// buckets before any request names them. A failure is logged once per
-    /// store (`failed` remembers which), not fatal: the next call or
-    /// operation tries again.
-    pub async fn open_all(&self, failed: &mut std::collections::HashSet<String>) {
-        let names: Vec<String> = match self.registry.list() {
-            Ok(entries) => entries
-                .into_iter()
-                .filter(|e| e.state == crate::registry::EntryState::Ready)
-                .map(|e| e.name)
-                .collect(),
+    /// Open every registered bucketed store not open yet (claiming the
+    /// buckets this instance owns and publishing its membership records),
+    /// as the first operation on each would: a scale-out instance is
+    /// reachable for its buckets before any request names them. A store
+    /// without buckets is not opened (its one writer would be taken from
+    /// whichever instance holds it). A failure is logged once per store,
+    /// not fatal: the next round or operation tries again.
+    pub(crate) async fn open_bucketed(&self, rounds: &mut OpenRounds) {
+        let entries = match self.registry.list() {
+            Ok(entries) => entries,
             Err(e) => {
                 tracing::warn!(error = %e, "listing the stores to open");
                 return;
             }
         };
-        for name in names {
-            match self.open(&name, None).await {
-                Ok(_) => {
-                    failed.remove(&name);
+        for entry in entries {
+            if entry.state != crate::registry::EntryState::Ready {
+                continue;
+            }
+            let name = entry.name.clone();
+            // Known to have no buckets (the same store: created at the
+            // same instant).
+            if rounds.unbucketed.get(&name) == Some(&entry.created_at) {
+                continue;
+            }
+            let open = {
+                let stores = self.stores.lock().await;
+                stores
+                    .open
+                    .get(&name)
+                    .is_some_and(|cell| cell.store.get().is_some())
+            };
+            if open {
+                continue;
+            }
+            let config = lance_context_store::StoreConfig::new(&entry.uri)
+                .with_key_column(&entry.spec.key)
+                .with_storage_options(self.config.storage_options.clone());
+            let result = match lance_context_store::Store::bucket_count_at(&config).await {
+                Ok(None) => {
+                    rounds
+                        .unbucketed
+                        .insert(name.clone(), entry.created_at.clone());
+                    Ok(())
+                }
+                Ok(Some(_)) => self.open(&name, None).await.map(|_| ()),
+                Err(e) => Err(ApiError::from_error(&e)),
+            };
+            match result {
+                Ok(()) => {
+                    rounds.warned.remove(&name);
                 }
                 Err(e) => {
-                    if failed.insert(name.clone()) {
-                        tracing::warn!(store = %name, error = %e.message, "opening a store");
+                    if rounds.warned.insert(name.clone()) {
+                        tracing::warn!(store = %name, error = %e.message, "opening a bucketed store");
                     }
                 }
             }

@@ -23,6 +23,9 @@ pub(crate) struct Origin {
     pub authorization: Option<String>,
     /// Sent by another instance (the `x-lance-context-forwarded` header).
     pub forwarded: bool,
+    /// The sending instance's time for the plugin's defaults (rows it sent;
+    /// the `x-lance-context-now` header, within minutes of this clock).
+    pub now_micros: Option<i64>,
 }
 
 /// Write the rows of the buckets owned here, send the others' to their
@@ -34,7 +37,8 @@ async fn routed_add(
     batch: &arrow_array::RecordBatch,
     auth: Option<&str>,
 ) -> Result<Added, ApiError> {
-    let prepared = store.named.prepare(batch).await?;
+    let now = crate::now_micros();
+    let prepared = store.named.prepare(batch, now).await?;
     let owned: std::collections::BTreeSet<u32> = store.named.owned_buckets().into_iter().collect();
     let Some(buckets) = prepared.buckets() else {
         let outcome = store.named.add_prepared(&prepared, None).await?;
@@ -67,7 +71,7 @@ async fn routed_add(
                 .add_prepared(&prepared, Some(&here))
                 .await
                 .map(|o| o.rows)
-                .map_err(|e| ApiError::from_error(&e)),
+                .map_err(|e| renumbered(ApiError::from_error(&e), &here)),
         }
     };
     let sends = away.iter().map(|(bucket, rows)| async move {
@@ -75,7 +79,7 @@ async fn routed_add(
         let arrow = lance_context_wire::encode(&[part])
             .map_err(|e| ApiError::of_kind(ErrorKind::Internal, format!("encoding rows: {e}")))?;
         membership
-            .send_add(store, *bucket, arrow, auth)
+            .send_add(store, *bucket, arrow, auth, now)
             .await
             .map_err(|e| renumbered(e.into_error(), rows))
     });
@@ -120,6 +124,8 @@ async fn routed_delete(
     let Some(buckets) = store.named.buckets_of_keys(keys)? else {
         return Ok(store.named.delete(keys).await?);
     };
+    // Refused whole before any part is deleted.
+    store.named.check_keys(keys)?;
     let owned: std::collections::BTreeSet<u32> = store.named.owned_buckets().into_iter().collect();
     let mut here = Vec::new();
     let mut away: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
@@ -150,15 +156,47 @@ async fn routed_delete(
     });
     let (local, sent) = futures::join!(local, futures::future::join_all(sends));
     let mut done = vec![false; keys.len()];
-    for (i, d) in here.iter().zip(local?) {
-        done[*i] = d;
+    let mut failed = None;
+    let mut applied = 0;
+    match local {
+        Ok(local) => {
+            applied += here.len();
+            for (i, d) in here.iter().zip(local) {
+                done[*i] = d;
+            }
+        }
+        Err(e) => failed = Some(e),
     }
     for ((_, at), result) in away.iter().zip(sent) {
-        for (i, d) in at.iter().zip(result?) {
-            done[*i] = d.deleted;
+        match result {
+            Ok(deleted) => {
+                applied += at.len();
+                for (i, d) in at.iter().zip(deleted) {
+                    done[*i] = d.deleted;
+                }
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
         }
     }
-    Ok(done)
+    match failed {
+        None => Ok(done),
+        Some(mut e) => {
+            if applied > 0 {
+                e.message = format!(
+                    "{} (the deletes of {applied} of the request's {} keys were done by their owners; \
+                     sending the whole request again is safe)",
+                    e.message,
+                    keys.len()
+                );
+                if let Value::Object(details) = &mut e.details {
+                    details.insert("deleted_keys".into(), json!(applied));
+                }
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Rows `rows` of `batch`.
@@ -260,7 +298,8 @@ impl Embedded {
                 false => store.membership.get().cloned(),
             };
             let Some(membership) = membership else {
-                let outcome = store.named.add(&batch).await?;
+                let now = origin.now_micros.unwrap_or_else(crate::now_micros);
+                let outcome = store.named.add_at(&batch, now).await?;
                 return Ok(Added {
                     added: outcome.rows,
                 });

@@ -269,10 +269,10 @@ impl Server {
             let every = peers.lease / 3;
             let stop = opening.clone();
             opener = Some(tokio::spawn(async move {
-                let mut failed = std::collections::HashSet::new();
+                let mut rounds = crate::api::OpenRounds::default();
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = state.api.open_all(&mut failed) => {}
+                    _ = state.api.open_bucketed(&mut rounds) => {}
                 }
                 state
                     .opened
@@ -284,7 +284,7 @@ impl Server {
                     }
                     tokio::select! {
                         _ = stop.cancelled() => return,
-                        _ = state.api.open_all(&mut failed) => {}
+                        _ = state.api.open_bucketed(&mut rounds) => {}
                     }
                 }
             }));

@@ -31,6 +31,15 @@ fn origin(headers: &HeaderMap) -> crate::api::Origin {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         forwarded: headers.contains_key(crate::FORWARDED_HEADER),
+        // The sender's time, from another instance only, and only when
+        // near this clock (a caller cannot date defaults as it likes).
+        now_micros: headers
+            .contains_key(crate::FORWARDED_HEADER)
+            .then(|| headers.get(crate::NOW_HEADER))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|t| (t - crate::now_micros()).abs() <= crate::api::members::NOW_SKEW_MICROS),
     }
 }
 
