@@ -317,7 +317,7 @@ pub async fn run(args: ScaleoutBenchArgs) -> Result<()> {
             .unwrap_or(1)
     );
     println!(
-        "{:>9} {:>12} {:>10} {:>11} {:>9} {:>9} {:>9} {:>14}",
+        "{:>9} {:>12} {:>10} {:>11} {:>9} {:>9} {:>9} {:>12} {:>12}",
         "instances",
         "add rows/s",
         "add p50",
@@ -325,7 +325,8 @@ pub async fn run(args: ScaleoutBenchArgs) -> Result<()> {
         "gets/s",
         "get p50",
         "get p99",
-        "S3 reqs/add"
+        "S3 reqs/add",
+        "S3 reqs/get"
     );
     for f in &figures {
         let efficiency = base
