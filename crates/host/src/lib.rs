@@ -29,7 +29,7 @@ pub mod search;
 mod server;
 
 pub use api::members::{
-    FORWARDED_HEADER, MemberBucket, MemberRecord, NOW_HEADER, PeerConfig, owners,
+    FORWARDED_HEADER, MemberBucket, MemberRecord, NOW_HEADER, PeerConfig, PeerConfigError, owners,
 };
 pub use api::{Embedded, EmbeddedConfig, MAX_PAGE, Residency};
 pub use kind::{ErrorKind, error_kind};

@@ -210,12 +210,7 @@ impl Opener {
 
     /// Write `_lance_context/<name>` under the URI (replacing it).
     pub async fn write_note(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let (store, path) = self.object_store().await?;
-        store
-            .put(&Self::note_path(&path, name), bytes)
-            .await
-            .map(|_| ())
-            .map_err(|e| Error::from_lance(format!("writing {name}"), None, e))
+        self.write_note_if(name, bytes, None).await.map(|_| ())
     }
 
     /// The path of note `name` (`a/b.json`: one part per `/`).

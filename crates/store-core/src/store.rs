@@ -624,19 +624,21 @@ impl Store {
         let Some(buckets) = &self.buckets else {
             return Ok(None);
         };
+        buckets.buckets_of(&self.key_batch(keys)?).map(Some)
+    }
+
+    /// `ids` as a batch of the key column alone (as stored).
+    fn key_batch(&self, ids: &[&str]) -> Result<RecordBatch> {
         let key_field = self
             .schemas
             .stored
             .field_with_name(&self.schemas.key)
             .map_err(|_| Error::internal("the stored schema lost its key column"))?
             .clone();
-        let batch = RecordBatch::try_new(
+        Ok(RecordBatch::try_new(
             Arc::new(Schema::new(vec![key_field])),
-            vec![Arc::new(StringArray::from_iter_values(
-                keys.iter().copied(),
-            ))],
-        )?;
-        buckets.buckets_of(&batch).map(Some)
+            vec![Arc::new(StringArray::from_iter_values(ids.iter().copied()))],
+        )?)
     }
 
     /// Each owned bucket and the epoch its shard is held at (`None` for a
@@ -800,20 +802,11 @@ impl Store {
             self.engine.check_backpressure().await?;
         }
         self.check_keys(ids)?;
-        let key_field = self
-            .schemas
-            .stored
-            .field_with_name(&self.schemas.key)
-            .map_err(|_| Error::internal("the stored schema lost its key column"))?
-            .clone();
+        let keys = self.key_batch(ids)?;
         if let Some(buckets) = &self.buckets {
-            return buckets.delete(ids, key_field).await;
+            return buckets.delete(keys).await;
         }
         let writer = self.engine.writer()?;
-        let keys = RecordBatch::try_new(
-            Arc::new(Schema::new(vec![key_field])),
-            vec![Arc::new(StringArray::from_iter_values(ids.iter().copied()))],
-        )?;
         writer
             .delete(keys, || self.engine.reopen_for_writer())
             .await?;

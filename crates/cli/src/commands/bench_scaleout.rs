@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use lance_context_client::{Client, CreateStore, StoreApi as _};
+
+use super::bench_server::drive;
 use serde_json::{Value, json};
 
 #[derive(Args, Debug)]
@@ -159,14 +161,6 @@ fn record(i: usize) -> Value {
     json!({"id": format!("k{i:08}"), "n": i, "text": "an observation of moderate length"})
 }
 
-fn pct(latencies: &mut [Duration], p: f64) -> Duration {
-    latencies.sort();
-    latencies
-        .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
-        .copied()
-        .unwrap_or_default()
-}
-
 /// What one instance count measured.
 struct Figures {
     instances: u32,
@@ -215,72 +209,44 @@ async fn one(
     }
     let clients = Arc::new(clients);
 
-    // Adds: client c sends its adds to instance (c + k) mod n in turn.
+    // Adds, then gets of keys written: op i goes to instance i mod n.
     let before = s3_requests(log)?;
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..args.clients {
-        let (clients, args_batch, adds, stride) =
-            (clients.clone(), args.batch, args.adds, args.clients);
-        tasks.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut a = c;
-            while a < adds {
-                let records: Vec<Value> =
-                    (a * args_batch..(a + 1) * args_batch).map(record).collect();
-                let client = &clients[a % clients.len()];
-                let t = Instant::now();
-                client.add("bench", &records).await?;
-                latencies.push(t.elapsed());
-                a += stride;
+    let batch = args.batch;
+    let adds = drive(args.clients, args.adds, batch, {
+        let clients = clients.clone();
+        move |a| {
+            let clients = clients.clone();
+            async move {
+                let records: Vec<Value> = (a * batch..(a + 1) * batch).map(record).collect();
+                clients[a % clients.len()].add("bench", &records).await?;
+                Ok(())
             }
-            anyhow::Ok(latencies)
-        });
-    }
-    let mut add_latencies = Vec::new();
-    while let Some(done) = tasks.join_next().await {
-        add_latencies.extend(done??);
-    }
-    let add_wall = started.elapsed();
-    let requests = s3_requests(log)? - before;
-
-    // Gets of keys written, spread over the instances.
-    let written = args.adds * args.batch;
+        }
+    })
+    .await?;
+    let add_requests = s3_requests(log)? - before;
+    let written = args.adds * batch;
     let before = s3_requests(log)?;
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..args.clients {
-        let (clients, gets, stride) = (clients.clone(), args.gets, args.clients);
-        tasks.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut g = c;
-            while g < gets {
-                let key = format!("k{:08}", (g * 7919) % written);
-                let client = &clients[g % clients.len()];
-                let t = Instant::now();
-                let found = client.get("bench", &key).await?;
-                latencies.push(t.elapsed());
-                anyhow::ensure!(found.is_some(), "{key} not found");
-                g += stride;
-            }
-            anyhow::Ok(latencies)
-        });
-    }
-    let mut get_latencies = Vec::new();
-    while let Some(done) = tasks.join_next().await {
-        get_latencies.extend(done??);
-    }
-    let get_wall = started.elapsed();
+    let gets = drive(args.clients, args.gets, 1, move |g| {
+        let clients = clients.clone();
+        async move {
+            let key = format!("k{:08}", (g * 7919) % written);
+            let found = clients[g % clients.len()].get("bench", &key).await?;
+            anyhow::ensure!(found.is_some(), "{key} not found");
+            Ok(())
+        }
+    })
+    .await?;
     let get_requests = s3_requests(log)? - before;
     drop(procs);
     Ok(Figures {
         instances: n,
-        rows_per_s: written as f64 / add_wall.as_secs_f64().max(1e-9),
-        add_p50: pct(&mut add_latencies, 0.5),
-        gets_per_s: get_latencies.len() as f64 / get_wall.as_secs_f64().max(1e-9),
-        get_p50: pct(&mut get_latencies, 0.5),
-        get_p99: pct(&mut get_latencies, 0.99),
-        requests_per_add: requests as f64 / args.adds.max(1) as f64,
+        rows_per_s: adds.records_per_s(),
+        add_p50: adds.pct(0.5),
+        gets_per_s: gets.ops_per_s(),
+        get_p50: gets.pct(0.5),
+        get_p99: gets.pct(0.99),
+        requests_per_add: add_requests as f64 / args.adds.max(1) as f64,
         requests_per_get: get_requests as f64 / args.gets.max(1) as f64,
     })
 }

@@ -49,30 +49,35 @@ fn record(prefix: &str, i: usize) -> Value {
 }
 
 /// Latencies of one operation kind.
-struct Sample {
+pub(super) struct Sample {
     latencies: Vec<Duration>,
     wall: Duration,
     records: usize,
 }
 
 impl Sample {
-    fn pct(&self, p: f64) -> Duration {
+    pub(super) fn pct(&self, p: f64) -> Duration {
         let mut l = self.latencies.clone();
         l.sort();
         l.get(((l.len() as f64 - 1.0) * p).round() as usize)
             .copied()
             .unwrap_or_default()
     }
-    fn ops_per_s(&self) -> f64 {
+    pub(super) fn ops_per_s(&self) -> f64 {
         self.latencies.len() as f64 / self.wall.as_secs_f64().max(1e-9)
     }
-    fn records_per_s(&self) -> f64 {
+    pub(super) fn records_per_s(&self) -> f64 {
         self.records as f64 / self.wall.as_secs_f64().max(1e-9)
     }
 }
 
 /// Run `ops` operations from `clients` tasks; `op(i)` does the i-th.
-async fn drive<F, Fut>(clients: usize, ops: usize, records_per_op: usize, op: F) -> Result<Sample>
+pub(super) async fn drive<F, Fut>(
+    clients: usize,
+    ops: usize,
+    records_per_op: usize,
+    op: F,
+) -> Result<Sample>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send,

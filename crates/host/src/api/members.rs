@@ -76,10 +76,27 @@ pub struct PeerConfig {
     pub lease: Duration,
 }
 
+/// Why a scale-out configuration is refused (kind: invalid input).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerConfigError {
+    /// The instance name is not one.
+    #[error(
+        "instance name '{0}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.'"
+    )]
+    InstanceName(String),
+    /// The advertised address is not `http://HOST:PORT`.
+    #[error("advertised address '{0}': give http://HOST:PORT, without a path")]
+    Address(String),
+    /// The lease is under a second.
+    #[error("the lease must be at least 1 s")]
+    Lease,
+}
+
 impl PeerConfig {
     /// Check the name (letters, digits, `.`, `_`, `-`; at most 128) and the
     /// address (`http://HOST:PORT`, no path).
-    pub fn new(instance: &str, address: &str, lease: Duration) -> Result<Self, String> {
+    pub fn new(instance: &str, address: &str, lease: Duration) -> Result<Self, PeerConfigError> {
         if instance.is_empty()
             || instance.len() > 128
             || instance.starts_with('.')
@@ -87,9 +104,7 @@ impl PeerConfig {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         {
-            return Err(format!(
-                "instance name '{instance}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.'"
-            ));
+            return Err(PeerConfigError::InstanceName(instance.to_string()));
         }
         // Instances talk plain HTTP to each other (inside a cluster's
         // network; the tokens are the same as a client's). `auto`: the
@@ -97,14 +112,10 @@ impl PeerConfig {
         match address.strip_prefix("http://") {
             _ if address == AUTO_ADDRESS => {}
             Some(host) if !host.is_empty() && !host.contains('/') => {}
-            _ => {
-                return Err(format!(
-                    "advertised address '{address}': give http://HOST:PORT, without a path"
-                ));
-            }
+            _ => return Err(PeerConfigError::Address(address.to_string())),
         }
         if lease < Duration::from_secs(1) {
-            return Err("the lease must be at least 1 s".into());
+            return Err(PeerConfigError::Lease);
         }
         Ok(Self {
             instance: instance.to_string(),
@@ -340,27 +351,15 @@ impl Membership {
         auth: Option<&str>,
         now_micros: i64,
     ) -> Result<usize, Sent> {
-        let mut fresh = false;
-        loop {
-            let owner = self
-                .owner_of(store, bucket, fresh)
-                .await
-                .map_err(Sent::Here)?;
-            let url = format!(
-                "{}/api/v1/stores/{}/records",
-                owner.address,
-                store.named.name()
-            );
-            let request = self
-                .request(self.http.post(&url), auth)
-                .header("content-type", "application/vnd.apache.arrow.stream")
-                .header(NOW_HEADER, now_micros.to_string())
-                .body(arrow.clone());
-            match self.answer::<Added>(request, &owner, bucket).await {
-                Err(Sent::Unreached(_)) | Err(Sent::Moved(_)) if !fresh => fresh = true,
-                other => return other.map(|a| a.added),
-            }
-        }
+        let added: Added = self
+            .send(store, bucket, "records", auth, |request| {
+                request
+                    .header("content-type", "application/vnd.apache.arrow.stream")
+                    .header(NOW_HEADER, now_micros.to_string())
+                    .body(arrow.clone())
+            })
+            .await?;
+        Ok(added.added)
     }
 
     /// Send deletes of `keys` (all of `bucket`) to its owner.
@@ -372,6 +371,23 @@ impl Membership {
         auth: Option<&str>,
     ) -> Result<Vec<Deleted>, Sent> {
         let body = DeleteMany { keys };
+        let deleted: DeletedMany = self
+            .send(store, bucket, "delete", auth, |request| request.json(&body))
+            .await?;
+        Ok(deleted.deleted)
+    }
+
+    /// POST to `bucket`'s owner at `/api/v1/stores/{store}/{route}` (the
+    /// body set by `body`); its answer. Tried twice: a failed send reads
+    /// the records again (the bucket may have moved).
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        store: &OpenStore,
+        bucket: u32,
+        route: &str,
+        auth: Option<&str>,
+        body: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<T, Sent> {
         let mut fresh = false;
         loop {
             let owner = self
@@ -379,14 +395,14 @@ impl Membership {
                 .await
                 .map_err(Sent::Here)?;
             let url = format!(
-                "{}/api/v1/stores/{}/delete",
+                "{}/api/v1/stores/{}/{route}",
                 owner.address,
                 store.named.name()
             );
-            let request = self.request(self.http.post(&url), auth).json(&body);
-            match self.answer::<DeletedMany>(request, &owner, bucket).await {
+            let request = body(self.request(self.http.post(&url), auth));
+            match self.answer::<T>(request, &owner, bucket).await {
                 Err(Sent::Unreached(_)) | Err(Sent::Moved(_)) if !fresh => fresh = true,
-                other => return other.map(|d| d.deleted),
+                other => return other,
             }
         }
     }

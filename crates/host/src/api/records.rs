@@ -96,21 +96,31 @@ async fn routed_add(
     }
     match failed {
         None => Ok(Added { added }),
-        Some(mut e) => {
-            if added > 0 {
-                e.message = format!(
-                    "{} ({added} of the request's {} records were written by their owners; \
-                     sending the whole request again is safe: the newest write of a key wins)",
-                    e.message,
-                    batch.num_rows()
-                );
-                if let Value::Object(details) = &mut e.details {
-                    details.insert("written".into(), json!(added));
-                }
-            }
-            Err(e)
+        Some(e) => Err(partly_done(e, added, "written", || {
+            format!(
+                "{added} of the request's {} records were written by their owners; \
+                 sending the whole request again is safe: the newest write of a key wins",
+                batch.num_rows()
+            )
+        })),
+    }
+}
+
+/// A routed write's error after `done` parts of it were done elsewhere:
+/// the message says so (`said`), `details.<detail>` counts them.
+fn partly_done(
+    mut e: ApiError,
+    done: usize,
+    detail: &str,
+    said: impl FnOnce() -> String,
+) -> ApiError {
+    if done > 0 {
+        e.message = format!("{} ({})", e.message, said());
+        if let Value::Object(details) = &mut e.details {
+            details.insert(detail.into(), json!(done));
         }
     }
+    e
 }
 
 /// Delete the keys of buckets owned here, send the others to their owners;
@@ -182,20 +192,13 @@ async fn routed_delete(
     }
     match failed {
         None => Ok(done),
-        Some(mut e) => {
-            if applied > 0 {
-                e.message = format!(
-                    "{} (the deletes of {applied} of the request's {} keys were done by their owners; \
-                     sending the whole request again is safe)",
-                    e.message,
-                    keys.len()
-                );
-                if let Value::Object(details) = &mut e.details {
-                    details.insert("deleted_keys".into(), json!(applied));
-                }
-            }
-            Err(e)
-        }
+        Some(e) => Err(partly_done(e, applied, "deleted_keys", || {
+            format!(
+                "the deletes of {applied} of the request's {} keys were done by their owners; \
+                 sending the whole request again is safe",
+                keys.len()
+            )
+        })),
     }
 }
 

@@ -24,10 +24,8 @@
 //! refuses the whole add before anything is written ([`Error::NotOwner`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use arrow_array::{Array, Int32Array, RecordBatch, StringArray, UInt32Array};
-use arrow_schema::{Field, Schema};
 use lance::Dataset;
 use lance::dataset::mem_wal::{DatasetMemWalExt, evaluate_sharding_spec_with_source_columns};
 use lance_index::mem_wal::ShardingSpec;
@@ -292,13 +290,11 @@ impl Buckets {
         })
     }
 
-    /// Delete keys (checked by the caller): each bucket's through its handle.
-    pub(crate) async fn delete(&self, ids: &[&str], key_field: Field) -> Result<usize> {
-        let keys = RecordBatch::try_new(
-            Arc::new(Schema::new(vec![key_field.clone()])),
-            vec![Arc::new(StringArray::from_iter_values(ids.iter().copied()))],
-        )?;
-        let parts = self.split(&keys, key_field.name())?;
+    /// Delete keys (a batch of the key column, checked by the caller): each
+    /// bucket's through its handle.
+    pub(crate) async fn delete(&self, keys: RecordBatch) -> Result<usize> {
+        let key = keys.schema().field(0).name().clone();
+        let parts = self.split(&keys, &key)?;
         let deletes = parts.into_iter().map(|(bucket, part)| {
             let store = &self.owned[&bucket];
             async move {
@@ -312,7 +308,7 @@ impl Buckets {
             }
         });
         futures::future::try_join_all(deletes).await?;
-        Ok(ids.len())
+        Ok(keys.num_rows())
     }
 
     /// Merge every owned bucket's shard, one after the other (their commits
