@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use lance_context_host::{PluginError, PluginLimits, PluginRuntime, Violation};
+use lance_context_host::{PinnedLoadError, PluginError, PluginLimits, PluginRuntime, Violation};
 use lance_context_wire::craft;
 
 use crate::plugins::{bytes, params, rollout_rows, runtime};
@@ -603,6 +603,33 @@ fn the_compile_cache_runs_only_what_the_pin_approved() {
         "a second start hits the cache"
     );
     let (hostile, _) = load("test_hostile");
+
+    // A pinned load (a store's open): the cached component is looked up by
+    // the pin while the bytes are hashed, and used only when they match.
+    let pinned = |name: &str, pin: &str| {
+        let rt = PluginRuntime::new(PluginLimits::default(), Some(&cache)).unwrap();
+        let loaded = rt
+            .load_pinned("rollout", &bytes(name), pin, vec![])
+            .map(|p| p.declaration().sha256.clone());
+        (loaded, rt.cache_stats().unwrap())
+    };
+    let (loaded, stats) = pinned("rollout", &rollout);
+    assert_eq!(loaded.unwrap(), rollout);
+    assert_eq!((stats.hits, stats.misses), (1, 0), "from the cache");
+    let (loaded, _) = pinned("test_hostile", &rollout);
+    assert!(
+        matches!(&loaded, Err(PinnedLoadError::Mismatch { found }) if *found == hostile),
+        "{loaded:?}"
+    );
+    // Not cached under that pin: refused all the same, nothing compiled.
+    let (loaded, stats) = pinned("rollout", &"0".repeat(64));
+    assert!(
+        matches!(&loaded, Err(PinnedLoadError::Mismatch { found }) if *found == rollout),
+        "{loaded:?}"
+    );
+    assert_eq!(stats.hits, 0);
+    // (Every runtime above is gone: no component of this process is mapped
+    // from the entries changed in place below.)
 
     let entry = |sha: &str| {
         std::fs::read_dir(&cache)

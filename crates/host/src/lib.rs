@@ -40,9 +40,9 @@ pub use pipeline::{
     json_rows, prepare, rows_from_json, to_input,
 };
 pub use plugin::{
-    ABI_VERSION, COMPILER_ARG, CacheStats, CompileLimit, Compiler, LoadedPlugin, PluginDeclaration,
-    PluginError, PluginLimits, PluginRuntime, RowError, ShapeLimits, Violation, compiler_main,
-    default_cache_dir, use_compiler_program,
+    ABI_VERSION, COMPILER_ARG, CacheStats, CompileLimit, Compiler, LoadedPlugin, PinnedLoadError,
+    PluginDeclaration, PluginError, PluginLimits, PluginRuntime, RowError, ShapeLimits, Violation,
+    compiler_main, default_cache_dir, use_compiler_program,
 };
 pub use probe::{ProbeCheck, ProbeLevel, ProbeReport, probe};
 pub use query::{QueryError, default_projection, named_request};

@@ -60,4 +60,4 @@ pub use cache::{CacheStats, default_cache_dir};
 pub use call::LoadedPlugin;
 pub use compile::{COMPILER_ARG, Compiler, ShapeLimits, compiler_main, use_compiler_program};
 pub use error::{CompileLimit, PluginError, RowError, Violation};
-pub use runtime::{ABI_VERSION, PluginDeclaration, PluginLimits, PluginRuntime};
+pub use runtime::{ABI_VERSION, PinnedLoadError, PluginDeclaration, PluginLimits, PluginRuntime};

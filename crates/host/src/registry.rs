@@ -1026,19 +1026,25 @@ impl Registry {
             }
             Err(e) => return Err(io(&path)(e)),
         };
-        let found = crate::sha256_hex(&bytes);
-        if found != entry.plugin.sha256 {
-            return Err(RegistryError::PluginTampered {
-                name: entry.name.clone(),
-                path,
-                expected: entry.plugin.sha256.clone(),
-                found,
-            });
-        }
+        // The hash is checked by the load, beside the compile cache's read.
         let plugin = self
             .runtime
-            .load_async(&entry.plugin.name, bytes, entry.params.clone())
-            .await?;
+            .load_pinned_async(
+                &entry.plugin.name,
+                bytes,
+                entry.plugin.sha256.clone(),
+                entry.params.clone(),
+            )
+            .await
+            .map_err(|e| match e {
+                crate::PinnedLoadError::Mismatch { found } => RegistryError::PluginTampered {
+                    name: entry.name.clone(),
+                    path,
+                    expected: entry.plugin.sha256.clone(),
+                    found,
+                },
+                crate::PinnedLoadError::Plugin(e) => e.into(),
+            })?;
         let declared = &plugin.declaration().spec;
         if declared != &entry.spec {
             return Err(RegistryError::SpecChanged {

@@ -313,6 +313,13 @@ pub struct MergeSettings {
     /// stale writer once removed. Lower it only where no writer can be stale
     /// (tests; one-shot batch jobs).
     pub manifest_prune_age: Duration,
+    /// A merge pass finds which of its keys the base already holds through
+    /// the key index while the pass holds fewer rows than this fraction of
+    /// the base's rows (a few lookups into a large table); a larger pass
+    /// reads the base's key column once and joins in memory, which is far
+    /// faster than a lookup per row (a first merge of 1M records into an
+    /// empty base, a bulk load). Default 0.01; 0 always joins in memory.
+    pub key_lookup_below: f64,
 }
 
 impl Default for MergeSettings {
@@ -326,6 +333,7 @@ impl Default for MergeSettings {
             cleanup_grace: Duration::from_secs(15 * 60),
             max_unmerged_generations: Some(256),
             manifest_prune_age: Duration::from_secs(2 * 3600),
+            key_lookup_below: 0.01,
         }
     }
 }

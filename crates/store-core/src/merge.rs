@@ -478,6 +478,12 @@ fn pass_len(pending: &[Pending], budget: usize) -> usize {
     n
 }
 
+/// Whether a pass of `pass_rows` finds its keys in a base of `base_rows`
+/// through the key index (see [`crate::MergeSettings::key_lookup_below`]).
+fn key_lookup(pass_rows: u64, base_rows: u64, below: f64) -> bool {
+    (pass_rows as f64) < (base_rows as f64) * below
+}
+
 /// Read a pass, then commit it as one merge-insert carrying its marker.
 async fn merge_pass(
     ctx: &MergeContext<'_>,
@@ -515,6 +521,20 @@ async fn merge_pass(
     let mut builder = MergeInsertBuilder::try_new(dataset.clone(), vec![ctx.key.to_string()])
         .ctx("preparing the merge")?;
     builder.mark_sstables_as_compacted(marker);
+    // Lookups through the key index for a small pass into a large base; a
+    // hash join over the base's key column otherwise (one lookup per row
+    // is far slower once the pass is large).
+    let base_rows: u64 = dataset
+        .fragments()
+        .iter()
+        .map(|f| f.physical_rows.unwrap_or(0) as u64)
+        .sum();
+    let pass_rows = upserted.max(deletes.len() as u64);
+    builder.use_index(key_lookup(
+        pass_rows,
+        base_rows,
+        ctx.settings.key_lookup_below,
+    ));
     let source = if deletes.is_empty() {
         builder
             .when_matched(WhenMatched::UpdateAll)
@@ -612,6 +632,9 @@ async fn pass_deletes(
     pass: &[Pending],
     rows: &[RecordBatch],
 ) -> Result<Vec<String>> {
+    if pass.iter().all(|p| p.kind == Kind::Rows) {
+        return Ok(Vec::new());
+    }
     let live: HashSet<String> = rows
         .iter()
         .filter_map(|b| b.column_by_name(ctx.key))
@@ -674,4 +697,23 @@ async fn tombstoned_keys(
         }
     }
     Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_lookup;
+
+    #[test]
+    fn a_pass_uses_the_key_index_only_when_small_against_the_base() {
+        // A first merge (empty base) and a bulk load join in memory.
+        assert!(!key_lookup(1, 0, 0.01));
+        assert!(!key_lookup(1_000_000, 0, 0.01));
+        assert!(!key_lookup(100_000, 1_000_000, 0.01));
+        // A few records into a large base look their keys up.
+        assert!(key_lookup(16, 1_000_000, 0.01));
+        assert!(key_lookup(9_999, 1_000_000, 0.01));
+        assert!(!key_lookup(10_000, 1_000_000, 0.01));
+        // 0: never.
+        assert!(!key_lookup(1, u64::MAX, 0.0));
+    }
 }

@@ -366,7 +366,22 @@ impl PluginRuntime {
         bytes: &[u8],
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
-        load_checked(&self.shared, label, bytes, params).map_err(PluginError::sanitized)
+        load_checked(&self.shared, label, bytes, params, None).map_err(PinnedLoadError::unpinned)
+    }
+
+    /// [`Self::load`] of the component a store pins: `bytes` must hash to
+    /// `sha256` (else [`PinnedLoadError::Mismatch`], and nothing of them is
+    /// run). The pinned component is looked up (in memory, in the compile
+    /// cache) while the bytes are hashed, on two threads: a cached start
+    /// pays the longer of the two rather than both.
+    pub fn load_pinned(
+        &self,
+        label: &str,
+        bytes: &[u8],
+        sha256: &str,
+        params: Vec<(String, String)>,
+    ) -> Result<LoadedPlugin, PinnedLoadError> {
+        load_checked(&self.shared, label, bytes, params, Some(sha256))
     }
 
     /// [`Self::load`] on one of the runtime's loader threads, never on the
@@ -380,42 +395,144 @@ impl PluginRuntime {
         bytes: Vec<u8>,
         params: Vec<(String, String)>,
     ) -> Result<LoadedPlugin, PluginError> {
+        self.load_on_loader(label, bytes, None, params)
+            .await
+            .map_err(PinnedLoadError::unpinned)
+    }
+
+    /// [`Self::load_pinned`] on one of the runtime's loader threads (see
+    /// [`Self::load_async`]).
+    pub async fn load_pinned_async(
+        &self,
+        label: &str,
+        bytes: Vec<u8>,
+        sha256: String,
+        params: Vec<(String, String)>,
+    ) -> Result<LoadedPlugin, PinnedLoadError> {
+        self.load_on_loader(label, bytes, Some(sha256), params)
+            .await
+    }
+
+    async fn load_on_loader(
+        &self,
+        label: &str,
+        bytes: Vec<u8>,
+        pin: Option<String>,
+        params: Vec<(String, String)>,
+    ) -> Result<LoadedPlugin, PinnedLoadError> {
         let shared = self.shared.clone();
         let plugin = plugin_text(label, abi::MAX_NAME);
         let label = label.to_string();
-        let job =
-            move || load_checked(&shared, &label, &bytes, params).map_err(PluginError::sanitized);
+        let job = move || load_checked(&shared, &label, &bytes, params, pin.as_deref());
         let wait = self.shared.limits.load_wait;
         match self.shared.loader.run(job, wait).await {
             Ok(loaded) => loaded,
-            Err(NotRun::Busy { queued }) => Err(PluginError::LoadBusy {
+            Err(NotRun::Busy { queued }) => Err(PinnedLoadError::Plugin(PluginError::LoadBusy {
                 plugin,
                 waited: wait,
                 queued,
-            }),
-            Err(NotRun::Panicked) => Err(load_error(&plugin, "the load failed unexpectedly")),
+            })),
+            Err(NotRun::Panicked) => Err(PinnedLoadError::Plugin(load_error(
+                &plugin,
+                "the load failed unexpectedly",
+            ))),
         }
     }
 }
 
+/// Why [`PluginRuntime::load_pinned`] failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PinnedLoadError {
+    /// The bytes are not the pinned component: they hash to `found`.
+    #[error("the component's bytes hash to {found}, not to the pinned sha256")]
+    Mismatch {
+        /// The sha256 of the bytes given (hex).
+        found: String,
+    },
+    /// The component failed to load.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+impl PinnedLoadError {
+    /// A load without a pin cannot mismatch.
+    fn unpinned(self) -> PluginError {
+        match self {
+            Self::Plugin(e) => e,
+            Self::Mismatch { found } => load_error(
+                "plugin",
+                format!("unexpected pin mismatch (sha256 {found})"),
+            ),
+        }
+    }
+}
+
+/// [`load_unsanitized`], every error's text made safe to print.
 fn load_checked(
     shared: &Arc<Shared>,
     label: &str,
     bytes: &[u8],
     params: Vec<(String, String)>,
-) -> Result<LoadedPlugin, PluginError> {
+    pin: Option<&str>,
+) -> Result<LoadedPlugin, PinnedLoadError> {
+    load_unsanitized(shared, label, bytes, params, pin).map_err(|e| match e {
+        PinnedLoadError::Plugin(e) => PinnedLoadError::Plugin(e.sanitized()),
+        mismatch => mismatch,
+    })
+}
+
+fn load_unsanitized(
+    shared: &Arc<Shared>,
+    label: &str,
+    bytes: &[u8],
+    params: Vec<(String, String)>,
+    pin: Option<&str>,
+) -> Result<LoadedPlugin, PinnedLoadError> {
     let label = plugin_text(label, abi::MAX_NAME);
     if bytes.len() > shared.limits.component_bytes {
+        // Bytes that are not the pinned ones say so first, whatever size.
+        if let Some(pin) = pin {
+            let found = crate::sha256_hex(bytes);
+            if found != pin {
+                return Err(PinnedLoadError::Mismatch { found });
+            }
+        }
         return Err(PluginError::OutputTooLarge {
             plugin: label,
             what: "component",
             size: bytes.len(),
             limit: shared.limits.component_bytes,
-        });
+        }
+        .into());
     }
-    // The imports first (a cheap parse), so a component the sandbox
-    // cannot host is never compiled.
-    let refused = refused_imports(bytes).map_err(|e| load_error(&label, e.to_string()))?;
+    // The hash, and the imports (a cheap parse, so that a component the
+    // sandbox cannot host is never compiled). With a pin, the pinned
+    // component is looked up meanwhile on this thread; it is used only
+    // once the bytes are known to be it.
+    let (checked, found) = match pin {
+        None => (Ok((crate::sha256_hex(bytes), refused_imports(bytes))), None),
+        Some(pin) => std::thread::scope(|scope| {
+            let checking = std::thread::Builder::new()
+                .name("plugin-hash".into())
+                .spawn_scoped(scope, || (crate::sha256_hex(bytes), refused_imports(bytes)));
+            let found = shared.compiled_component(pin);
+            let checked = match checking {
+                Ok(handle) => handle.join().map_err(|_| ()),
+                // No thread to spare: check here.
+                Err(_) => Ok((crate::sha256_hex(bytes), refused_imports(bytes))),
+            };
+            (checked, found)
+        }),
+    };
+    let Ok((sha256, refused)) = checked else {
+        return Err(load_error(&label, "checking the component failed unexpectedly").into());
+    };
+    if let Some(pin) = pin
+        && sha256 != pin
+    {
+        return Err(PinnedLoadError::Mismatch { found: sha256 });
+    }
+    let refused = refused.map_err(|e| load_error(&label, e.to_string()))?;
     if !refused.is_empty() {
         return Err(load_error(
             &label,
@@ -423,16 +540,19 @@ fn load_checked(
                 "it imports what the sandbox does not provide: {}",
                 refused.join(", ")
             ),
-        ));
+        )
+        .into());
     }
-    let sha256 = crate::sha256_hex(bytes);
-    let (component, fresh) = component(shared, &label, &sha256, bytes)?;
+    let (component, fresh) = match found {
+        Some(component) => (component, false),
+        None => component(shared, &label, &sha256, bytes, pin.is_none())?,
+    };
     let described = format!(
         "describe:{sha256}:{}",
         crate::sha256_hex(format!("{params:?}").as_bytes())
     );
     if let Some(error) = shared.failed_before(&described) {
-        return Err(error);
+        return Err(error.into());
     }
     let pre = shared
         .linker
@@ -463,7 +583,8 @@ fn load_checked(
 }
 
 /// The compiled component of `bytes` (hashing to `sha256`), and whether it
-/// was compiled just now: from memory, the cache, or a compile within the
+/// was compiled just now: from memory, the cache (unless `look_up` is
+/// false: the caller looked already), or a compile within the
 /// shape limits and the deadline. A failed compile is remembered for
 /// [`PluginLimits::failed_ttl`].
 fn component(
@@ -471,12 +592,13 @@ fn component(
     label: &str,
     sha256: &str,
     bytes: &[u8],
+    look_up: bool,
 ) -> Result<(Component, bool), PluginError> {
     let key = format!("compile:{sha256}");
     if let Some(error) = shared.failed_before(&key) {
         return Err(error);
     }
-    if let Some(component) = shared.compiled_component(sha256) {
+    if look_up && let Some(component) = shared.compiled_component(sha256) {
         return Ok((component, false));
     }
     let compiled = check_shape(bytes, &shared.limits.shape)
