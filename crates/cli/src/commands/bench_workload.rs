@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use lance_context_host::spec::SchemaSpec;
-use lance_context_host::{CreateOptions, PluginRuntime, Registry, SchemaSource, rows_from_json};
+use lance_context_host::{
+    CreateOptions, NamedStore, PluginRuntime, Registry, SchemaSource, rows_from_json,
+};
 use lance_context_store::ScanRequest;
 
 use super::bench_peer::{PEER_SCHEMA, SPEC, pct, record};
@@ -196,16 +198,9 @@ fn cold_start(mut command: impl FnMut() -> Command) -> Result<f64> {
     Ok(median(times))
 }
 
-/// This host's figures, in the order of [`FIGURES`].
-pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Result<Vec<f64>> {
-    let root = dir.join("host-root");
-    let registry = Registry::at(&root, runtime.clone())?;
-    let store = registry
-        .create(
-            "peer",
-            CreateOptions::new(SchemaSource::Spec(SchemaSpec::from_json(SPEC)?)),
-        )
-        .await?;
+/// The load's adds into `store` (see the module docs): the median
+/// records/s of the 10,000-record adds and of the 1,000-record ones.
+async fn add_load(store: &NamedStore, load: Load) -> Result<(f64, f64)> {
     let mut added = 0;
     let mut adds = async |count: usize, size: usize| -> Result<f64> {
         let mut rates = Vec::with_capacity(count);
@@ -221,6 +216,20 @@ pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Resul
     };
     let r10 = adds(load.rows / 10_000, 10_000).await?;
     let r1 = adds(10, 1_000).await?;
+    Ok((r10, r1))
+}
+
+/// This host's figures, in the order of [`FIGURES`].
+pub async fn ours(runtime: &Arc<PluginRuntime>, dir: &Path, load: Load) -> Result<Vec<f64>> {
+    let root = dir.join("host-root");
+    let registry = Registry::at(&root, runtime.clone())?;
+    let store = registry
+        .create(
+            "peer",
+            CreateOptions::new(SchemaSource::Spec(SchemaSpec::from_json(SPEC)?)),
+        )
+        .await?;
+    let (r10, r1) = add_load(&store, load).await?;
     let gets = async || -> Result<(f64, f64)> {
         let mut times = Vec::with_capacity(load.gets);
         for g in 0..load.gets {
@@ -312,14 +321,8 @@ async fn ours_merge(registry: &Registry, load: Load) -> Result<f64> {
             c.with_manual_maintenance()
         })
         .await?;
-    let mut added = 0;
-    for size in
-        std::iter::repeat_n(10_000, load.rows / 10_000).chain(std::iter::repeat_n(1_000, 10))
-    {
-        let batch = rows_from_json(store.plugin(), lines(added, size).as_bytes())?;
-        store.add(&batch).await?;
-        added += size;
-    }
+    add_load(&store, load).await?;
+    let added = load.total();
     let started = Instant::now();
     let merged = store.merge().await?;
     let took = started.elapsed();

@@ -273,10 +273,8 @@ impl CompileCache {
         // elsewhere, or when the mapping fails, it is read into memory,
         // verified and loaded from there.
         if let Some(open) = open_file_path(&file) {
-            match self.tag(sha256, &mut file) {
-                Ok(computed) if constant_time_eq(&computed, tag) => {}
-                Ok(_) => return Entry::Rejected,
-                Err(e) => return Entry::Unreadable(e.into()),
+            if let Some(refused) = self.refuse_unless(sha256, tag, &mut file) {
+                return refused;
             }
             if let Ok(component) = deserialize_verified_file(engine, &open) {
                 return Entry::Loaded(component);
@@ -288,14 +286,27 @@ impl CompileCache {
         if let Err(e) = read {
             return Entry::Unreadable(e.into());
         }
-        match self.tag(sha256, bytes.as_slice()) {
-            Ok(computed) if constant_time_eq(&computed, tag) => {}
-            Ok(_) => return Entry::Rejected,
-            Err(e) => return Entry::Unreadable(e.into()),
+        if let Some(refused) = self.refuse_unless(sha256, tag, bytes.as_slice()) {
+            return refused;
         }
         match deserialize_verified(engine, &bytes) {
             Ok(component) => Entry::Loaded(component),
             Err(e) => Entry::Unreadable(e),
+        }
+    }
+
+    /// `None` when what `artifact` reads has the MAC `tag`; otherwise what
+    /// the entry is (rejected, or unreadable).
+    fn refuse_unless(
+        &self,
+        sha256: &str,
+        tag: &[u8; TAG_BYTES],
+        artifact: impl std::io::Read,
+    ) -> Option<Entry> {
+        match self.tag(sha256, artifact) {
+            Ok(computed) if constant_time_eq(&computed, tag) => None,
+            Ok(_) => Some(Entry::Rejected),
+            Err(e) => Some(Entry::Unreadable(e.into())),
         }
     }
 

@@ -509,17 +509,18 @@ fn load_unsanitized(
     // sandbox cannot host is never compiled). With a pin, the pinned
     // component is looked up meanwhile on this thread; it is used only
     // once the bytes are known to be it.
+    let check = || (crate::sha256_hex(bytes), refused_imports(bytes));
     let (checked, found) = match pin {
-        None => (Ok((crate::sha256_hex(bytes), refused_imports(bytes))), None),
+        None => (Ok(check()), None),
         Some(pin) => std::thread::scope(|scope| {
             let checking = std::thread::Builder::new()
                 .name("plugin-hash".into())
-                .spawn_scoped(scope, || (crate::sha256_hex(bytes), refused_imports(bytes)));
+                .spawn_scoped(scope, check);
             let found = shared.compiled_component(pin);
             let checked = match checking {
                 Ok(handle) => handle.join().map_err(|_| ()),
                 // No thread to spare: check here.
-                Err(_) => Ok((crate::sha256_hex(bytes), refused_imports(bytes))),
+                Err(_) => Ok(check()),
             };
             (checked, found)
         }),
