@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{Array, StringArray};
 use lance_context_store::{
-    Error, ErrorKind, MergeFailpoint, ScanRequest, SortKey, Store, StoreConfig,
+    Error, ErrorKind, MergeFailpoint, MergeStats, ScanRequest, SortKey, Store, StoreConfig,
 };
 
 use crate::support::*;
@@ -154,6 +154,66 @@ async fn merge_folds_every_generation_into_the_base_with_deletes() {
     let again = store.merge().await.unwrap();
     assert_eq!(again.generations_merged, 0);
     assert_eq!(base_rows(&uri).await.len(), want.len() - 1);
+}
+
+/// What the store reads (ordered by key), then merge: the base table alone
+/// must then hold exactly that, and the store read the same.
+async fn merge_keeps_what_was_read(store: &Store, uri: &str) -> MergeStats {
+    let read = || async {
+        decode(
+            &store
+                .scan(ScanRequest::new().order_by(SortKey::asc("id")))
+                .await
+                .unwrap(),
+        )
+    };
+    let before = read().await;
+    let stats = store.merge().await.unwrap();
+    assert_eq!(base_rows(uri).await, before, "the base after {stats:?}");
+    assert_eq!(read().await, before, "the store's reads across {stats:?}");
+    stats
+}
+
+/// Adds and deletes of overlapping keys racing each other, so that group
+/// commits put rows and tombstones of one key into one generation and into
+/// neighbouring ones: whatever order they landed in, every merge must write
+/// into the base exactly what the store read before it (the newest version
+/// of each key, deleted keys gone), over passes of many generations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_writes_what_the_store_read_before_it_when_adds_and_deletes_race() {
+    let (_dir, uri) = temp_uri();
+    let store = Store::create(manual(&uri)).await.unwrap();
+    let mut rng = Lcg(43);
+    let mut merged = 0;
+    let mut deleted = 0;
+    for round in 0..40 {
+        let rows: Vec<Row> = (0..6)
+            .map(|_| rng.below(24))
+            .collect::<HashSet<u64>>()
+            .into_iter()
+            .map(|k| Row::new(format!("k{k:02}"), &format!("round-{round}"), round))
+            .collect();
+        let doomed: Vec<String> = (0..2).map(|_| format!("k{:02}", rng.below(24))).collect();
+        let ids: Vec<&str> = doomed.iter().map(String::as_str).collect();
+        let (added, removed) = tokio::join!(store.add(&batch(&rows)), store.delete(&ids));
+        added.unwrap();
+        removed.unwrap();
+        if round == 9 {
+            // Some history in the base, so deletes have something to hit.
+            let stats = merge_keeps_what_was_read(&store, &uri).await;
+            merged += stats.generations_merged;
+            deleted += stats.keys_deleted;
+        }
+    }
+    // Thirty rounds of history in one merge: passes of many generations.
+    let stats = merge_keeps_what_was_read(&store, &uri).await;
+    assert!(stats.generations_merged >= 30, "{stats:?}");
+    merged += stats.generations_merged;
+    deleted += stats.keys_deleted;
+    assert!(
+        merged >= 40 && deleted > 0,
+        "{merged} generations, {deleted} deleted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
