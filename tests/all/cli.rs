@@ -1628,7 +1628,8 @@ fn warnings_reach_stderr_as_text_or_json_lines() {
         .find(|l| l["log"]["level"] == "WARN")
         .unwrap_or_else(|| panic!("no warning: {err}"));
     assert_eq!(
-        warning["log"]["message"], "compile cache entry failed verification; recompiling",
+        warning["log"]["message"],
+        "compile cache entry failed verification (its MAC does not match: planted, swapped or damaged); recompiling",
         "{warning}"
     );
     assert!(

@@ -195,7 +195,8 @@ async fn a_merge_writes_what_the_store_read_before_it_when_adds_and_deletes_race
             .collect();
         let doomed: Vec<String> = (0..2).map(|_| format!("k{:02}", rng.below(24))).collect();
         let ids: Vec<&str> = doomed.iter().map(String::as_str).collect();
-        let (added, removed) = tokio::join!(store.add(&batch(&rows)), store.delete(&ids));
+        let rows = batch(&rows);
+        let (added, removed) = tokio::join!(store.add(&rows), store.delete(&ids));
         added.unwrap();
         removed.unwrap();
         if round == 9 {

@@ -661,6 +661,33 @@ fn the_compile_cache_runs_only_what_the_pin_approved() {
 
     #[cfg(unix)]
     {
+        // A good entry that is not private to the cache's owner is never
+        // read: its code would stay mapped from a file others can change.
+        use std::os::unix::fs::PermissionsExt;
+        let path = entry(&rollout);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (_, stats) = load("rollout");
+        assert_eq!(
+            (stats.hits, stats.rejected, stats.not_private),
+            (0, 1, 1),
+            "an entry others may read or write is refused"
+        );
+        // (Replaced by a private one, which hits.)
+        let (_, stats) = load("rollout");
+        assert_eq!((stats.hits, stats.rejected), (1, 0));
+        // One linked elsewhere (a second name others may hold) is refused.
+        let path = entry(&rollout);
+        std::fs::hard_link(&path, dir.path().join("elsewhere")).unwrap();
+        let (_, stats) = load("rollout");
+        assert_eq!(
+            (stats.hits, stats.rejected, stats.not_private),
+            (0, 1, 1),
+            "an entry with two links is refused"
+        );
+    }
+
+    #[cfg(unix)]
+    {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0, "the cache directory is private: {mode:o}");

@@ -31,7 +31,9 @@
 //! change a running process's plugin code by writing an entry in place —
 //! as they can forge entries with the key, which is theirs too: the cache
 //! defends against other users and against files that are not its own,
-//! not against the user whose cache it is.
+//! not against the user whose cache it is. An entry that is not private
+//! is removed with its own warning ("not private to the cache's owner"),
+//! counted in [`CacheStats::rejected`] and [`CacheStats::not_private`].
 //!
 //! The cache is bounded: past [`crate::PluginLimits::cache_bytes`] (1 GiB by
 //! default) the least recently used entries are removed (a hit marks an
@@ -58,8 +60,13 @@ pub struct CacheStats {
     pub hits: usize,
     /// Components compiled because no entry existed.
     pub misses: usize,
-    /// Entries that failed verification and were replaced.
+    /// Entries refused and replaced: their MAC did not match, or they were
+    /// not private to the cache's owner.
     pub rejected: usize,
+    /// Of `rejected`, those refused for not being private to the cache's
+    /// owner (not a regular file, linked elsewhere, another user's, or
+    /// open to group or others).
+    pub not_private: usize,
     /// Entries removed to keep the cache within its size.
     pub evicted: usize,
 }
@@ -122,6 +129,7 @@ pub(crate) struct CompileCache {
     hits: AtomicUsize,
     misses: AtomicUsize,
     rejected: AtomicUsize,
+    not_private: AtomicUsize,
     evicted: AtomicUsize,
 }
 
@@ -151,6 +159,7 @@ impl CompileCache {
             hits: AtomicUsize::new(0),
             misses: AtomicUsize::new(0),
             rejected: AtomicUsize::new(0),
+            not_private: AtomicUsize::new(0),
             evicted: AtomicUsize::new(0),
         })
     }
@@ -164,6 +173,7 @@ impl CompileCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
+            not_private: self.not_private.load(Ordering::Relaxed),
             evicted: self.evicted.load(Ordering::Relaxed),
         }
     }
@@ -228,8 +238,14 @@ impl CompileCache {
                     return Some(component);
                 }
                 Entry::Rejected => {
-                    tracing::warn!(path = %path.display(), "compile cache entry failed verification; recompiling");
+                    tracing::warn!(path = %path.display(), "compile cache entry failed verification (its MAC does not match: planted, swapped or damaged); recompiling");
                     self.rejected.fetch_add(1, Ordering::Relaxed);
+                    let _ = std::fs::remove_file(&path);
+                }
+                Entry::NotPrivate => {
+                    tracing::warn!(path = %path.display(), "compile cache entry is not private to the cache's owner (not a regular file, linked elsewhere, another user's, or open to group or others); removed, recompiling");
+                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.not_private.fetch_add(1, Ordering::Relaxed);
                     let _ = std::fs::remove_file(&path);
                 }
                 Entry::Unreadable(e) => {
@@ -266,7 +282,7 @@ impl CompileCache {
             Err(e) => return Entry::Unreadable(e.into()),
         };
         if !self.private_file(&file) {
-            return Entry::Rejected;
+            return Entry::NotPrivate;
         }
         // Where the open file can be mapped again by its descriptor, only
         // the MAC reads it (in small pieces) and wasmtime maps it;
@@ -415,6 +431,9 @@ enum Entry {
     Loaded(Component),
     /// The MAC does not match: planted, swapped or damaged.
     Rejected,
+    /// Not a private regular file of the cache's owner (see
+    /// `CompileCache::private_file`): never read.
+    NotPrivate,
     /// Not readable, or verified but not loadable by this engine.
     Unreadable(wasmtime::Error),
 }
